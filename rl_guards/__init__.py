@@ -1,0 +1,1 @@
+"""rl_guards: guards for TRL GRPO runs."""

@@ -1,0 +1,347 @@
+"""One configuration object, one sub-config per guard.
+
+Every guard has ``enabled`` and ``mode`` (``raise`` stops the run, ``warn`` warns once and counts in a metric,
+``log`` only counts), plus its thresholds. Load from a dict, a YAML file, or the command line next to TRL's
+own dataclasses (see :class:`GuardsArguments`). Invalid values raise :class:`~rl_guards.errors.ConfigError`
+naming the field, e.g. ``think_tags.mode``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from rl_guards.errors import ConfigError
+
+Mode = Literal["raise", "warn", "log"]
+MODES: tuple[str, ...] = ("raise", "warn", "log")
+
+
+@dataclass
+class GuardConfig:
+    """Fields every guard has."""
+
+    enabled: bool = True  # turn the guard off entirely
+    mode: Mode = "warn"  # raise: stop the run; warn: warn once and count; log: count only
+
+    def validate(self, prefix: str) -> None:
+        """Raise ConfigError naming ``prefix.<field>`` for an invalid value."""
+        if self.mode not in MODES:
+            raise ConfigError(f"{prefix}.mode must be one of {list(MODES)}, got {self.mode!r}")
+
+
+def _check_positive(prefix: str, name: str, value: float, *, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigError(f"{prefix}.{name} must be {bound}, got {value!r}")
+
+
+def _check_fraction(prefix: str, name: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{prefix}.{name} must be within [0, 1], got {value!r}")
+
+
+@dataclass
+class MaskingConfig(GuardConfig):
+    """GRPO batch masks and SFT collator labels."""
+
+    mode: Mode = "raise"
+    check_every: int = 1  # check one batch in N (1 = every batch)
+    max_rows_shown: int = 2  # offending rows decoded in the error message
+
+    def validate(self, prefix: str) -> None:
+        super().validate(prefix)
+        _check_positive(prefix, "check_every", self.check_every)
+        _check_positive(prefix, "max_rows_shown", self.max_rows_shown)
+
+
+@dataclass
+class ThinkTagsConfig(GuardConfig):
+    """Think-markup scanning of every completion (rates per anomaly kind and per task)."""
+
+    open_tag: str = "<think>"  # opening tag of the reasoning block
+    close_tag: str = "</think>"  # closing tag of the reasoning block
+    thinking_column: str = "enable_thinking"  # per-row thinking flag column, if the dataset has it
+    max_anomaly_rate: float = 0.5  # warn/raise when the share of anomalous completions exceeds this
+
+    def validate(self, prefix: str) -> None:
+        super().validate(prefix)
+        if not self.open_tag or not self.close_tag or self.open_tag == self.close_tag:
+            raise ConfigError(f"{prefix}.open_tag/close_tag must be two different non-empty strings")
+        _check_fraction(prefix, "max_anomaly_rate", self.max_anomaly_rate)
+
+
+@dataclass
+class StrayThinkPenaltyConfig(GuardConfig):
+    """Reward function penalising stray or malformed think tags (add it to ``reward_funcs``)."""
+
+    mode: Mode = "log"
+    weight: float = 1.0  # penalty per anomalous completion (the reward is -weight, else 0)
+    # anomaly kinds that count; empty = every kind that is wrong for the row's thinking mode
+    anomalies: list[str] = field(default_factory=list)
+    thinking: bool | None = None  # default thinking mode; None = from chat_template_kwargs.enable_thinking
+
+    def validate(self, prefix: str) -> None:
+        super().validate(prefix)
+        _check_positive(prefix, "weight", self.weight, allow_zero=True)
+
+
+@dataclass
+class TemplateConfig(GuardConfig):
+    """Double ``<think>`` prefills and ignored thinking flags, checked on rendered prompts at train start."""
+
+    mode: Mode = "raise"
+    num_prompts: int = 4  # dataset prompts rendered through the trainer's own path
+
+    def validate(self, prefix: str) -> None:
+        super().validate(prefix)
+        _check_positive(prefix, "num_prompts", self.num_prompts)
+
+
+@dataclass
+class TasksConfig(GuardConfig):
+    """Per-task reward curves."""
+
+    mode: Mode = "log"
+    task_column: str = "task"  # dataset column naming each row's task
+    default_task: str = "all"  # task name when the column is missing
+
+
+@dataclass
+class RoutingConfig(GuardConfig):
+    """Which reward functions serve which task; checked on live batches."""
+
+    mode: Mode = "raise"
+    routes: dict[str, list[str]] = field(default_factory=dict)  # task -> reward function names
+
+    def validate(self, prefix: str) -> None:
+        super().validate(prefix)
+        for task, funcs in self.routes.items():
+            if not isinstance(funcs, list) or not all(isinstance(f, str) for f in funcs):
+                raise ConfigError(f"{prefix}.routes[{task!r}] must be a list of reward function names")
+
+
+@dataclass
+class DeadGroupsConfig(GuardConfig):
+    """Groups whose rollouts all got the same reward (zero advantage)."""
+
+    warn_after_steps: int = 10  # a task with no gradient for this many consecutive batches triggers
+    target_dead_share: float = 0.25  # the group-size advisor aims below this share of dead groups
+
+    def validate(self, prefix: str) -> None:
+        super().validate(prefix)
+        _check_positive(prefix, "warn_after_steps", self.warn_after_steps)
+        _check_fraction(prefix, "target_dead_share", self.target_dead_share)
+
+
+@dataclass
+class TruncationConfig(GuardConfig):
+    """Completions that hit max_completion_length."""
+
+    max_rate: float = 0.1  # warn/raise when a task's truncated share exceeds this
+
+    def validate(self, prefix: str) -> None:
+        super().validate(prefix)
+        _check_fraction(prefix, "max_rate", self.max_rate)
+
+
+@dataclass
+class SlicingConfig(GuardConfig):
+    """Strings cut short on their way to a reward function (``text[:3000]``)."""
+
+    min_repeats: int = 3  # this many texts of one identical round length look like a cap
+    min_length: int = 64  # ignore caps shorter than this
+
+    def validate(self, prefix: str) -> None:
+        super().validate(prefix)
+        _check_positive(prefix, "min_repeats", self.min_repeats)
+        _check_positive(prefix, "min_length", self.min_length)
+
+
+@dataclass
+class RolloutsConfig(GuardConfig):
+    """Rollout dumps: every N steps and at every checkpoint save."""
+
+    mode: Mode = "warn"
+    every_steps: int = 10  # dump the rollouts of one step in N
+    on_save: bool = True  # also dump at every checkpoint save
+    output_dir: str | None = None  # default: <trainer output_dir>/rl_guards/rollouts
+    wandb_rows_per_task: int = 4  # rows per task in the W&B table of each dump (0 = no table)
+
+    def validate(self, prefix: str) -> None:
+        super().validate(prefix)
+        _check_positive(prefix, "every_steps", self.every_steps)
+        _check_positive(prefix, "wandb_rows_per_task", self.wandb_rows_per_task, allow_zero=True)
+
+
+@dataclass
+class PreflightConfig(GuardConfig):
+    """One report at train start: template path, optimisation choices, generation limits."""
+
+    examples: int = 2  # rendered examples printed in the report
+
+
+@dataclass
+class GuardsConfig:
+    """All guards. ``GuardsConfig()`` turns every guard on with its default mode."""
+
+    masking: MaskingConfig = field(default_factory=MaskingConfig)
+    think_tags: ThinkTagsConfig = field(default_factory=ThinkTagsConfig)
+    stray_think_penalty: StrayThinkPenaltyConfig = field(default_factory=StrayThinkPenaltyConfig)
+    template: TemplateConfig = field(default_factory=TemplateConfig)
+    tasks: TasksConfig = field(default_factory=TasksConfig)
+    routing: RoutingConfig = field(default_factory=RoutingConfig)
+    dead_groups: DeadGroupsConfig = field(default_factory=DeadGroupsConfig)
+    truncation: TruncationConfig = field(default_factory=TruncationConfig)
+    slicing: SlicingConfig = field(default_factory=SlicingConfig)
+    rollouts: RolloutsConfig = field(default_factory=RolloutsConfig)
+    preflight: PreflightConfig = field(default_factory=PreflightConfig)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            sub = getattr(self, f.name)
+            if isinstance(sub, dict):
+                sub = _build(_resolve_type(type(self), f.name), sub, f.name)
+                setattr(self, f.name, sub)
+            sub.validate(f.name)
+
+    # ----- loading -------------------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> GuardsConfig:
+        """Build from a nested dict; unknown keys and wrong types raise ConfigError naming the field."""
+        return _build(cls, data or {}, "")
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> GuardsConfig:
+        """Load a YAML file (the same nesting as :meth:`to_dict`)."""
+        import yaml
+
+        text = Path(path).read_text(encoding="utf-8")
+        data = yaml.safe_load(text) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+        if "rl_guards" in data and isinstance(data["rl_guards"], dict):
+            data = data["rl_guards"]
+        return cls.from_dict(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable nested dict."""
+        return dataclasses.asdict(self)
+
+    def with_overrides(self, assignments: list[str]) -> GuardsConfig:
+        """Apply ``section.field=value`` strings (values parsed as YAML scalars/lists)."""
+        import yaml
+
+        data = self.to_dict()
+        for item in assignments:
+            if "=" not in item:
+                raise ConfigError(f"override {item!r} must look like section.field=value")
+            key, raw = item.split("=", 1)
+            parts = key.strip().split(".")
+            if len(parts) != 2:
+                raise ConfigError(f"override key {key!r} must be section.field, e.g. think_tags.mode")
+            section, name = parts
+            if section not in data:
+                raise ConfigError(f"unknown guard section {section!r}; available: {sorted(data)}")
+            if name not in data[section]:
+                raise ConfigError(f"unknown field {section}.{name}; available: {sorted(data[section])}")
+            data[section][name] = yaml.safe_load(raw)
+        return GuardsConfig.from_dict(data)
+
+
+def _resolve_type(owner: type, name: str) -> Any:
+    hints = typing.get_type_hints(owner)
+    return hints[name]
+
+
+def _build(cls: type, data: Any, prefix: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or 'config'} must be a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        where = f"{prefix}." if prefix else ""
+        raise ConfigError(f"unknown field(s) {[where + u for u in unknown]}; available: {sorted(names)}")
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else key
+        kwargs[key] = _coerce(hints[key], value, path)
+    return cls(**kwargs)
+
+
+def _coerce(tp: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return _build(tp, value, path)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{path} must be one of {list(args)}, got {value!r}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value, path)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{path}: invalid value {value!r}")
+    if origin is list:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{path} must be a list, got {value!r}")
+        return [_coerce(args[0], v, f"{path}[{i}]") for i, v in enumerate(value)] if args else list(value)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path} must be a mapping, got {value!r}")
+        return {str(k): _coerce(args[1], v, f"{path}[{k!r}]") if args else v for k, v in value.items()}
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path} must be true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{path} must be an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{path} must be a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{path} must be a string, got {value!r}")
+        return value
+    return value
+
+
+@dataclass
+class GuardsArguments:
+    """Command-line arguments parsed next to TRL's dataclasses by ``TrlParser``/``HfArgumentParser``.
+
+    ``--guards_config guards.yaml --guards_set think_tags.mode=raise rollouts.every_steps=5``
+    """
+
+    guards_config: str | None = field(default=None, metadata={"help": "YAML file with the rl_guards config."})
+    guards_set: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Overrides as section.field=value, e.g. think_tags.mode=raise.", "nargs": "*"},
+    )
+
+    def to_config(self) -> GuardsConfig:
+        """The GuardsConfig these arguments describe."""
+        base = GuardsConfig.from_yaml(self.guards_config) if self.guards_config else GuardsConfig()
+        return base.with_overrides(list(self.guards_set)) if self.guards_set else base
+
+
+def config_json(config: GuardsConfig) -> str:
+    """Stable JSON text of a config (for logs and W&B config)."""
+    return json.dumps(config.to_dict(), sort_keys=True)

@@ -1,0 +1,230 @@
+"""What every guard shares: the batch hook, the mode switch (raise | warn | log), metrics and findings.
+
+A guard is framework-free: it receives a :class:`~rl_guards.core.batch.RolloutBatch` and a :class:`Reporter`.
+The TRL adapter calls it once per generation batch::
+
+    for batch in generation_batches:          # every rank, same gathered batch
+        for guard in guards:
+            guard.on_batch(batch, session.reporter(guard, batch.step))
+        session.flush_metrics()               # -> trainer metrics -> logs / W&B
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+from rl_guards.config import GuardConfig, GuardsConfig
+from rl_guards.core.batch import RolloutBatch
+from rl_guards.errors import GuardError
+
+logger = logging.getLogger("rl_guards")
+
+METRIC_PREFIX = "rl_guards"
+
+
+def metric_key(guard: str, name: str) -> str:
+    """``rl_guards/<guard>/<name>``."""
+    return f"{METRIC_PREFIX}/{guard}/{name}"
+
+
+def task_metric_key(task: str, name: str) -> str:
+    """``rl_guards/task/<task>/<name>`` (slashes in task names become ``_``)."""
+    safe = str(task).replace("/", "_") or "_"
+    return f"{METRIC_PREFIX}/task/{safe}/{name}"
+
+
+class RLGuardsWarning(UserWarning):
+    """Warnings emitted by guards in ``mode: warn``."""
+
+
+@dataclass
+class Finding:
+    """One thing a guard noticed."""
+
+    guard: str
+    kind: str  # short machine code, e.g. "dead_task", "prompt_unmasked"
+    severity: str  # "error" (raise mode), "warning", "info"
+    message: str
+    step: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class GuardSession:
+    """Collects metrics and findings of all guards for a run; applies modes; warns once per kind."""
+
+    def __init__(self) -> None:
+        self.metrics: dict[str, list[float]] = {}
+        self.findings: list[Finding] = []
+        self.counts: Counter[tuple[str, str]] = Counter()  # (guard, kind) -> occurrences
+        self.first_step: dict[tuple[str, str], int | None] = {}
+        self._warned: set[tuple[str, str]] = set()
+
+    def reporter(self, guard: str, config: GuardConfig, step: int | None) -> Reporter:
+        return Reporter(self, guard, config, step)
+
+    def add_metric(self, key: str, value: float) -> None:
+        self.metrics.setdefault(key, []).append(float(value))
+
+    def pop_metrics(self) -> dict[str, list[float]]:
+        """Take the metrics collected since the last call."""
+        out, self.metrics = self.metrics, {}
+        return out
+
+    def record(self, finding: Finding, *, warn: bool) -> None:
+        key = (finding.guard, finding.kind)
+        self.counts[key] += 1
+        self.first_step.setdefault(key, finding.step)
+        # Keep every error, and the first few findings of each kind, so memory stays bounded.
+        if finding.severity == "error" or self.counts[key] <= 5:
+            self.findings.append(finding)
+        if warn and key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(f"[rl_guards/{finding.guard}] {finding.message}", RLGuardsWarning, stacklevel=3)
+            logger.warning("[rl_guards/%s] %s", finding.guard, finding.message)
+        elif not warn:
+            logger.info("[rl_guards/%s] %s", finding.guard, finding.message)
+
+    def summary_rows(self) -> list[dict[str, Any]]:
+        """One row per (guard, kind): count and first step."""
+        rows = []
+        for (guard, kind), count in sorted(self.counts.items()):
+            rows.append({"guard": guard, "kind": kind, "count": count, "first_step": self.first_step[(guard, kind)]})
+        return rows
+
+    def summary_text(self) -> str:
+        """A readable end-of-run table of what the guards found."""
+        rows = self.summary_rows()
+        if not rows:
+            return "rl_guards: no findings."
+        width = max(len(f"{r['guard']}/{r['kind']}") for r in rows)
+        lines = ["rl_guards findings:", f"  {'guard/kind'.ljust(width)}  count  first step"]
+        for r in rows:
+            name = f"{r['guard']}/{r['kind']}".ljust(width)
+            lines.append(f"  {name}  {r['count']:>5}  {r['first_step']}")
+        return "\n".join(lines)
+
+
+class Reporter:
+    """A guard's handle on the session for one batch: metrics, findings, violations."""
+
+    def __init__(self, session: GuardSession, guard: str, config: GuardConfig, step: int | None) -> None:
+        self.session = session
+        self.guard = guard
+        self.config = config
+        self.step = step
+
+    def metric(self, name: str, value: float) -> None:
+        """Log ``rl_guards/<guard>/<name>``."""
+        self.session.add_metric(metric_key(self.guard, name), value)
+
+    def task_metric(self, task: str, name: str, value: float) -> None:
+        """Log ``rl_guards/task/<task>/<name>``."""
+        self.session.add_metric(task_metric_key(task, name), value)
+
+    def info(self, kind: str, message: str) -> None:
+        """Record an observation that never stops the run."""
+        self.session.record(Finding(self.guard, kind, "info", message, self.step), warn=False)
+
+    def violation(self, kind: str, message: str, error: type[GuardError] = GuardError) -> None:
+        """Something is wrong: raise, warn once, or only count, per the guard's mode."""
+        mode = self.config.mode
+        severity = "error" if mode == "raise" else ("warning" if mode == "warn" else "info")
+        self.session.record(Finding(self.guard, kind, severity, message, self.step), warn=mode == "warn")
+        self.session.add_metric(metric_key(self.guard, "violations"), 1.0)
+        if mode == "raise":
+            raise error(f"[rl_guards/{self.guard}] {message}", guard=self.guard, step=self.step)
+
+
+@dataclass
+class RunContext:
+    """What a guard may know about the run, filled by the adapter (TRL) or by hand in tests."""
+
+    output_dir: str = "."
+    is_main_process: bool = True
+    world_size: int = 1
+    process_index: int = 0
+    tokenizer: Any = None  # the trainer's tokenizer (processing class)
+    args: Any = None  # the trainer's TrainingArguments / GRPOConfig
+    train_dataset: Any = None
+    eval_dataset: Any = None
+    chat_template: str | None = None  # template string the trainer renders prompts with
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    eos_token_ids: list[int] = field(default_factory=list)
+    pad_token_id: int | None = None
+    reward_func_names: list[str] = field(default_factory=list)
+    # callable(list[prompt]) -> list[list[int]]: renders prompts exactly as the trainer does for rollouts
+    render_prompts: Any = None
+    # callable(list[int]) -> str: decode keeping special tokens
+    decode: Any = None
+
+
+class Guard:
+    """Base class of guards. Subclasses set ``name``/``config_field`` and implement the hooks they need.
+
+    Hooks, in training-loop order::
+
+        setup(ctx)                       # once, at install
+        on_train_begin(report)           # before step 0 (preflight-type checks)
+        on_batch(batch, report)          # every generation batch (train and eval), all ranks, same data
+        on_save(checkpoint_dir, report)  # after each checkpoint save
+        on_train_end(report)
+    """
+
+    name: ClassVar[str] = ""
+    config_field: ClassVar[str] = ""
+
+    def __init__(self, config: GuardsConfig) -> None:
+        self.guards_config = config
+        self.config: GuardConfig = getattr(config, self.config_field)
+        self.ctx = RunContext()
+
+    @property
+    def enabled(self) -> bool:
+        return self.config.enabled
+
+    def setup(self, ctx: RunContext) -> None:
+        """Receive the run context (called once at install)."""
+        self.ctx = ctx
+
+    def on_train_begin(self, report: Reporter) -> None:
+        """Checks before step 0."""
+
+    def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
+        """Inspect one gathered generation batch."""
+
+    def on_save(self, checkpoint_dir: str, report: Reporter) -> None:
+        """Called after the trainer saved a checkpoint."""
+
+    def on_train_end(self, report: Reporter) -> None:
+        """Called once at the end of training."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable state that must survive a resume."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+
+def run_hook(guard: Guard, hook: str, session: GuardSession, step: int | None, *args: Any) -> None:
+    """Call ``guard.<hook>(*args, report)``; a guard's own bug is warned once and counted, never fatal.
+
+    GuardError (a violation in raise mode) propagates: that is the guard doing its job.
+    """
+    report = session.reporter(guard.name, guard.config, step)
+    try:
+        getattr(guard, hook)(*args, report)
+    except GuardError:
+        raise
+    except Exception as exc:  # a guard's own bug must not kill the run
+        session.record(
+            Finding(guard.name, "internal_error", "warning", f"{hook} failed: {type(exc).__name__}: {exc}", step),
+            warn=True,
+        )
+        session.add_metric(metric_key(guard.name, "internal_errors"), 1.0)
