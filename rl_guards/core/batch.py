@@ -70,9 +70,7 @@ class RolloutBatch:
         if all(v is None or (isinstance(v, float) and math.isnan(v)) for v in values):
             return None
         return sum(
-            w * v
-            for w, v in zip(self.reward_weights, values, strict=True)
-            if v is not None and not math.isnan(v)
+            w * v for w, v in zip(self.reward_weights, values, strict=True) if v is not None and not math.isnan(v)
         )
 
     def task_names(self) -> list[str]:
