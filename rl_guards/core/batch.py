@@ -33,6 +33,8 @@ class RolloutBatch:
     max_completion_length: int = 0
     prompts: list[Any] = field(default_factory=list)  # raw prompts (messages or strings)
     columns: dict[str, list[Any]] = field(default_factory=dict)  # other dataset columns, one value per row
+    # per row: the rendered prompt ends inside an open think block (template prefill); empty = unknown
+    prompt_opened: list[bool] = field(default_factory=list)
     # Decoders supplied by the adapter; None in pure unit tests.
     decode: Any = None  # callable(list[int]) -> str with special tokens kept
     epoch: float = 0.0

@@ -158,10 +158,13 @@ class RunContext:
     eos_token_ids: list[int] = field(default_factory=list)
     pad_token_id: int | None = None
     reward_func_names: list[str] = field(default_factory=list)
+    reward_funcs: list[Any] = field(default_factory=list)  # the trainer's reward function objects
     # callable(list[prompt]) -> list[list[int]]: renders prompts exactly as the trainer does for rollouts
     render_prompts: Any = None
     # callable(list[int]) -> str: decode keeping special tokens
     decode: Any = None
+    # callable(list[int]) -> str: decode skipping special tokens (what TRL hands reward functions)
+    decode_text: Any = None
 
 
 class Guard:
