@@ -1,1 +1,57 @@
-"""rl_guards: guards for TRL GRPO runs."""
+"""rl_guards: guards for TRL GRPO runs that catch RL-for-LLM failure modes before they waste a run.
+
+::
+
+    import rl_guards
+    run = rl_guards.install(trainer, rl_guards.GuardsConfig())
+    trainer.train()
+    print(run.summary())
+
+``import rl_guards`` stays light: the TRL adapter (torch, transformers) is imported on first use of ``install``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rl_guards.config import GuardsArguments, GuardsConfig
+from rl_guards.errors import (
+    ConfigError,
+    GuardError,
+    IncompatibleTrainerError,
+    MaskingError,
+    PreflightError,
+    RewardSanityError,
+    RLGuardsError,
+    RoutingError,
+    TemplateError,
+)
+
+if TYPE_CHECKING:
+    from rl_guards.trl.hook import GuardRun
+
+__version__ = "0.1.0"
+
+
+def install(trainer: Any, config: Any = None, **kwargs: Any) -> GuardRun:
+    """Attach every enabled guard to a built TRL ``GRPOTrainer``; see :func:`rl_guards.trl.hook.install`."""
+    from rl_guards.trl.hook import install as _install
+
+    return _install(trainer, config, **kwargs)
+
+
+__all__ = [
+    "ConfigError",
+    "GuardError",
+    "GuardsArguments",
+    "GuardsConfig",
+    "IncompatibleTrainerError",
+    "MaskingError",
+    "PreflightError",
+    "RLGuardsError",
+    "RewardSanityError",
+    "RoutingError",
+    "TemplateError",
+    "__version__",
+    "install",
+]

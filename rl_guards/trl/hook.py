@@ -1,0 +1,431 @@
+"""The TRL adapter: one call puts every guard on a built ``GRPOTrainer``.
+
+::
+
+    trainer = GRPOTrainer(model=..., reward_funcs=[...], args=GRPOConfig(...), train_dataset=ds)
+    run = rl_guards.install(trainer, GuardsConfig.from_yaml("guards.yaml"))
+    trainer.train()
+    print(run.summary())
+
+What it wraps (on the instance, never the class):
+
+- ``_calculate_rewards``: to see the rows exactly as the reward functions saw them (dataset columns such as
+  ``task``, completion text and ids) and the rewards of every function, gathered over ranks.
+- ``_generate_and_score_completions``: to see the tensors the loss will use (masks, advantages).
+
+Per generation batch, on every rank::
+
+    output = trainer._generate_and_score_completions(inputs)   # TRL
+    masking.check_tensors(output)                              # local tensors, one reduction
+    batch = gather rows -> RolloutBatch                        # same on every rank
+    for guard in guards: guard.on_batch(batch, reporter)
+    trainer._metrics[mode] += guard metrics                    # -> trainer.log -> log_history / W&B
+
+Both methods are private TRL API (stable from 0.19 to 1.16). They are checked at install; when they are
+missing, the guards that need them are reported unavailable and the others still run.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from transformers import TrainerCallback
+from transformers.trainer_callback import ExportableState
+
+from rl_guards.config import GuardsConfig
+from rl_guards.core.batch import RolloutBatch, nan_to_none
+from rl_guards.errors import ConfigError, GuardError, IncompatibleTrainerError
+from rl_guards.guards.base import Guard, GuardSession, RunContext, run_hook
+from rl_guards.guards.registry import BATCH_GUARDS
+
+logger = logging.getLogger("rl_guards")
+
+TESTED_TRL = ("1.16",)
+REQUIRED_METHODS = ("_generate_and_score_completions", "_calculate_rewards")
+REQUIRED_OUTPUT_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages")
+# Dataset columns never copied into RolloutBatch.columns (TRL's own or too large to gather).
+_SKIP_COLUMNS = frozenset({"prompt", "completion", "completion_ids", "images", "image"})
+
+
+def install(
+    trainer: Any,
+    config: GuardsConfig | dict[str, Any] | str | None = None,
+    *,
+    guards: list[type[Guard]] | None = None,
+) -> GuardRun:
+    """Attach rl_guards to a built TRL ``GRPOTrainer`` and return the run handle.
+
+    ``config`` may be a GuardsConfig, a dict, or a YAML path. ``guards`` overrides the registry (tests).
+    """
+    if config is None:
+        config = GuardsConfig()
+    elif isinstance(config, dict):
+        config = GuardsConfig.from_dict(config)
+    elif isinstance(config, str):
+        config = GuardsConfig.from_yaml(config)
+    elif not isinstance(config, GuardsConfig):
+        raise ConfigError(f"config must be a GuardsConfig, dict or YAML path, got {type(config).__name__}")
+    run = GuardRun(trainer, config, guards if guards is not None else BATCH_GUARDS)
+    trainer.add_callback(run)
+    return run
+
+
+def _trl_version() -> str:
+    try:
+        import trl
+
+        return str(trl.__version__)
+    except Exception:
+        return "unknown"
+
+
+class GuardRun(TrainerCallback, ExportableState):
+    """Drives the guards from a trainer's events; holds the findings (``session``) and the guards."""
+
+    def __init__(self, trainer: Any, config: GuardsConfig, guard_classes: list[type[Guard]]) -> None:
+        self.trainer = trainer
+        self.config = config
+        self.session = GuardSession()
+        self.unavailable: dict[str, str] = {}
+        self.batches_seen = 0
+        self.last_batch: RolloutBatch | None = None
+        self._pending_rewards: tuple[Any, ...] | None = None
+        self._restored = False
+
+        self.guards: list[Guard] = [cls(config) for cls in guard_classes]
+        self.guards = [g for g in self.guards if g.enabled]
+        self.ctx = self._build_context()
+        for guard in self.guards:
+            guard.setup(self.ctx)
+        self._check_compatibility()
+        self._wrap()
+
+    # ----- set-up ----------------------------------------------------------------------------------------
+    def _build_context(self) -> RunContext:
+        trainer = self.trainer
+        args = trainer.args
+        tokenizer = getattr(trainer, "_tokenizer", None) or getattr(trainer, "processing_class", None)
+        tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # processors wrap a tokenizer
+        accelerator = getattr(trainer, "accelerator", None)
+        kwargs = getattr(trainer, "chat_template_kwargs", None) or getattr(args, "chat_template_kwargs", None) or {}
+
+        def render_prompts(prompts: list[Any]) -> list[list[int]]:
+            ids = trainer._tokenize_prompts(prompts)[0]
+            return [list(map(int, row)) for row in ids]
+
+        def decode(ids: list[int]) -> str:
+            return tokenizer.decode(ids, skip_special_tokens=False)
+
+        def decode_text(ids: list[int]) -> str:
+            return tokenizer.decode(ids, skip_special_tokens=True)
+
+        eos = list(getattr(trainer, "eos_token_ids", None) or [])
+        if not eos and getattr(tokenizer, "eos_token_id", None) is not None:
+            eos = [tokenizer.eos_token_id]
+        return RunContext(
+            output_dir=str(args.output_dir),
+            is_main_process=bool(getattr(accelerator, "is_main_process", True)),
+            world_size=int(getattr(accelerator, "num_processes", 1)),
+            process_index=int(getattr(accelerator, "process_index", 0)),
+            tokenizer=tokenizer,
+            args=args,
+            train_dataset=getattr(trainer, "train_dataset", None),
+            eval_dataset=getattr(trainer, "eval_dataset", None),
+            chat_template=getattr(trainer, "chat_template", None),
+            chat_template_kwargs=dict(kwargs),
+            eos_token_ids=[int(e) for e in eos],
+            pad_token_id=getattr(tokenizer, "pad_token_id", None),
+            reward_func_names=list(getattr(trainer, "reward_func_names", []) or []),
+            reward_funcs=list(getattr(trainer, "reward_funcs", []) or []),
+            render_prompts=render_prompts if hasattr(trainer, "_tokenize_prompts") else None,
+            decode=decode if tokenizer is not None else None,
+            decode_text=decode_text if tokenizer is not None else None,
+        )
+
+    def _check_compatibility(self) -> None:
+        version = _trl_version()
+        if not any(version.startswith(v) for v in TESTED_TRL):
+            logger.warning("rl_guards was tested with TRL %s; this is TRL %s.", ", ".join(TESTED_TRL), version)
+        missing = [m for m in REQUIRED_METHODS if not callable(getattr(self.trainer, m, None))]
+        if missing:
+            reason = f"TRL {version}: trainer has no {', '.join(missing)}"
+            for guard in self.guards:
+                if type(guard).on_batch is not Guard.on_batch or hasattr(guard, "check_tensors"):
+                    self.unavailable[guard.name] = reason
+            logger.warning(
+                "rl_guards: batch guards unavailable (%s): %s. Start-of-training checks still run.",
+                reason,
+                ", ".join(sorted(self.unavailable)),
+            )
+        if not isinstance(getattr(self.trainer, "_metrics", None), dict):
+            raise IncompatibleTrainerError(
+                f"TRL {version}: the trainer has no `_metrics` buffer, so rl_guards metrics cannot reach the logs. "
+                "Use a GRPOTrainer from TRL 1.16."
+            )
+
+    def _wrap(self) -> None:
+        if self.unavailable:
+            return
+        trainer = self.trainer
+        original_rewards = trainer._calculate_rewards
+        original_generate = trainer._generate_and_score_completions
+
+        def _calculate_rewards(inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> Any:
+            rewards = original_rewards(inputs, prompts, completions, completion_ids_list)
+            self._pending_rewards = (inputs, prompts, completions, completion_ids_list, rewards)
+            return rewards
+
+        def _generate_and_score_completions(inputs: Any) -> Any:
+            output = original_generate(inputs)
+            self._after_generation(output)
+            return output
+
+        trainer._calculate_rewards = _calculate_rewards
+        trainer._generate_and_score_completions = _generate_and_score_completions
+
+    # ----- per batch -------------------------------------------------------------------------------------
+    def _mode(self) -> str:
+        model = getattr(self.trainer, "model", None)
+        return "train" if getattr(model, "training", True) else "eval"
+
+    def _after_generation(self, output: dict[str, Any]) -> None:
+        missing = [k for k in REQUIRED_OUTPUT_KEYS if k not in output]
+        if missing:
+            key = ("hook", "missing_keys")
+            if key not in self.session.counts:
+                logger.warning("rl_guards: rollout batch lacks %s; batch guards skipped (TRL drift).", missing)
+            self.session.counts[key] += 1
+            return
+        step = int(self.trainer.state.global_step)
+        for guard in self.guards:
+            if hasattr(guard, "check_tensors"):
+                run_hook(guard, "check_tensors", self.session, step, output)
+        pending, self._pending_rewards = self._pending_rewards, None
+        if pending is not None:
+            batch = self._build_batch(output, pending, step)
+            self.batches_seen += 1
+            self.last_batch = batch
+            for guard in self.guards:
+                run_hook(guard, "on_batch", self.session, step, batch)
+        self._flush_metrics()
+
+    def _build_batch(self, output: dict[str, Any], pending: tuple[Any, ...], step: int) -> RolloutBatch:
+        import torch
+
+        inputs, prompts, completions, completion_ids_list, rewards_per_func = pending
+        trainer = self.trainer
+        cfg = self.config
+        task_col = cfg.tasks.task_column
+        think_col = cfg.think_tags.thinking_column
+        default_thinking = self.ctx.chat_template_kwargs.get("enable_thinking")
+        eos_and_pad = set(self.ctx.eos_token_ids)
+        if self.ctx.pad_token_id is not None:
+            eos_and_pad.add(int(self.ctx.pad_token_id))
+
+        # Unpad the prompt ids once on the host: one transfer per batch, not per row.
+        prompt_ids = output["prompt_ids"].tolist()
+        prompt_mask = output["prompt_mask"].tolist()
+        prompt_rows = [
+            [t for t, m in zip(ids, mask, strict=True) if m] for ids, mask in zip(prompt_ids, prompt_mask, strict=True)
+        ]
+        opened = self._prompt_opened(prompt_rows)
+
+        local_rows = []
+        for i, example in enumerate(inputs):
+            ids = [int(t) for t in completion_ids_list[i]]
+            thinking = example.get(think_col, default_thinking)
+            columns = {
+                k: v
+                for k, v in example.items()
+                if k not in _SKIP_COLUMNS and k != task_col and isinstance(v, str | int | float | bool | type(None))
+            }
+            local_rows.append(
+                {
+                    "task": str(example.get(task_col, cfg.tasks.default_task)),
+                    "completion": _completion_text(completions[i]),
+                    "completion_ids": ids,
+                    "prompt_ids": prompt_rows[i] if i < len(prompt_rows) else [],
+                    "prompt": prompts[i],
+                    "truncated": not ids or ids[-1] not in eos_and_pad,
+                    "thinking": None if thinking is None else bool(thinking),
+                    "prompt_opened": opened[i] if i < len(opened) else False,
+                    "columns": columns,
+                }
+            )
+        rows = _gather_objects(trainer, local_rows)
+        advantages = output["advantages"]
+        accelerator = getattr(trainer, "accelerator", None)
+        if accelerator is not None and self.ctx.world_size > 1:
+            advantages = accelerator.gather(advantages.contiguous())
+        adv_list = [float(a) for a in advantages.detach().float().cpu().tolist()]
+        rewards = [nan_to_none(r) for r in torch.as_tensor(rewards_per_func).detach().float().cpu().tolist()]
+        weights = getattr(trainer, "reward_weights", None)
+        weight_list = [float(w) for w in weights.tolist()] if weights is not None else [1.0] * len(rewards[0])
+        mode = self._mode()
+        num_generations = trainer.num_generations if mode == "train" else getattr(trainer, "num_generations_eval", 1)
+        all_columns: dict[str, list[Any]] = {}
+        for name in sorted({k for r in rows for k in r["columns"]}):
+            all_columns[name] = [r["columns"].get(name) for r in rows]
+        return RolloutBatch(
+            step=step,
+            mode=mode,
+            num_generations=int(num_generations or 1),
+            reward_names=list(self.ctx.reward_func_names),
+            reward_weights=weight_list,
+            rewards=rewards,
+            advantages=adv_list,
+            tasks=[r["task"] for r in rows],
+            completions=[r["completion"] for r in rows],
+            completion_ids=[r["completion_ids"] for r in rows],
+            prompt_ids=[r["prompt_ids"] for r in rows],
+            truncated=[r["truncated"] for r in rows],
+            thinking=[r["thinking"] for r in rows],
+            max_completion_length=int(getattr(trainer.args, "max_completion_length", 0) or 0),
+            prompts=[r["prompt"] for r in rows],
+            columns=all_columns,
+            decode=self.ctx.decode,
+            epoch=float(trainer.state.epoch or 0.0),
+            prompt_opened=[r["prompt_opened"] for r in rows],
+        )
+
+    def _prompt_opened(self, prompt_rows: list[list[int]]) -> list[bool]:
+        """Per row: the prompt ends inside an open think block (decode the tail of each distinct prompt once)."""
+        decode = self.ctx.decode
+        if decode is None:
+            return [False] * len(prompt_rows)
+        open_tag, close_tag = self.config.think_tags.open_tag, self.config.think_tags.close_tag
+        cache: dict[tuple[int, ...], bool] = {}
+        out = []
+        for row in prompt_rows:
+            tail = tuple(row[-32:])
+            if tail not in cache:
+                text = decode(list(tail))
+                cache[tail] = text.rfind(open_tag) > text.rfind(close_tag)
+            out.append(cache[tail])
+        return out
+
+    def _flush_metrics(self) -> None:
+        metrics = self.session.pop_metrics()
+        if not metrics:
+            return
+        buffer = self.trainer._metrics[self._mode()]
+        for key, values in metrics.items():
+            clean = [v for v in values if not math.isnan(v)]
+            if clean:
+                buffer[key].extend(clean)
+
+    # ----- trainer events --------------------------------------------------------------------------------
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._restore(state)
+        for guard in self.guards:
+            run_hook(guard, "on_train_begin", self.session, int(state.global_step))
+        self._share_template_verdict()
+        self._flush_metrics()
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        import os
+
+        checkpoint_dir = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        for guard in self.guards:
+            run_hook(guard, "on_save", self.session, int(state.global_step), checkpoint_dir)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        for guard in self.guards:
+            run_hook(guard, "on_train_end", self.session, int(state.global_step))
+        if self.ctx.is_main_process:
+            from rl_guards.trl import wandb_io
+
+            wandb_io.set_summary(
+                {f"rl_guards/findings/{r['guard']}/{r['kind']}": r["count"] for r in self.session.summary_rows()}
+            )
+
+    def _share_template_verdict(self) -> None:
+        """Tell reward functions that want it whether the generation prompt already opens ``<think>``."""
+        template_guard = next((g for g in self.guards if hasattr(g, "prompt_opened")), None)
+        if template_guard is None:
+            return
+        for fn in self.ctx.reward_funcs:
+            setter = getattr(fn, "set_prompt_opened", None)
+            if callable(setter):
+                try:
+                    setter(template_guard.prompt_opened(True), template_guard.prompt_opened(False))
+                except Exception as exc:  # never fatal
+                    logger.warning("rl_guards: could not pass the template verdict to %r: %s", fn, exc)
+
+    # ----- resume ----------------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """Saved by the Trainer into ``trainer_state.json`` at each checkpoint."""
+        return {
+            "args": {},
+            "attributes": {
+                "guards": {g.name: g.state_dict() for g in self.guards},
+                "counts": [[g, k, c] for (g, k), c in sorted(self.session.counts.items())],
+                "batches_seen": self.batches_seen,
+            },
+        }
+
+    def _restore(self, state: Any) -> None:
+        saved = (getattr(state, "stateful_callbacks", None) or {}).get(type(self).__name__)
+        if not saved or self._restored or not int(getattr(state, "global_step", 0)):
+            return
+        if isinstance(saved, list):
+            saved = saved[-1]
+        attributes = saved.get("attributes", {}) if isinstance(saved, dict) else {}
+        for guard in self.guards:
+            guard_state = attributes.get("guards", {}).get(guard.name)
+            if guard_state:
+                guard.load_state_dict(guard_state)
+        for guard_name, kind, count in attributes.get("counts", []):
+            self.session.counts[(guard_name, kind)] = int(count)
+        self.batches_seen = int(attributes.get("batches_seen", 0))
+        self._restored = True
+
+    # ----- results ---------------------------------------------------------------------------------------
+    @property
+    def findings(self) -> list[Any]:
+        return self.session.findings
+
+    def summary(self) -> str:
+        """Readable table of findings, plus unavailable guards."""
+        text = self.session.summary_text()
+        if self.unavailable:
+            text += "\nunavailable: " + ", ".join(f"{k} ({v})" for k, v in sorted(self.unavailable.items()))
+        return text
+
+    def guard(self, name: str) -> Guard:
+        """The installed guard with this name."""
+        for g in self.guards:
+            if g.name == name:
+                return g
+        raise KeyError(f"no guard named {name!r}; installed: {[g.name for g in self.guards]}")
+
+
+def _completion_text(completion: Any) -> str:
+    """The text of a TRL completion (a string, or a list of messages with ``content``)."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list):
+        parts = []
+        for message in completion:
+            if isinstance(message, dict):
+                content = message.get("content")
+                if isinstance(content, str):
+                    parts.append(content)
+                elif isinstance(content, list):
+                    parts.extend(str(c.get("text", "")) for c in content if isinstance(c, dict))
+        return "".join(parts)
+    return str(completion)
+
+
+def _gather_objects(trainer: Any, rows: list[Any]) -> list[Any]:
+    accelerator = getattr(trainer, "accelerator", None)
+    if accelerator is None or accelerator.num_processes <= 1:
+        return rows
+    from accelerate.utils import gather_object
+
+    return list(gather_object(rows))
+
+
+__all__ = ["GuardError", "GuardRun", "install"]
