@@ -184,6 +184,17 @@ class PreflightConfig(GuardConfig):
     """One report at train start: template path, optimisation choices, generation limits."""
 
     examples: int = 2  # rendered examples printed in the report
+    eval_chat_template_kwargs: dict[str, Any] | None = None  # kwargs an external eval renders with (None: not compared)
+    eval_tokenizer: str | None = None  # tokenizer dir an external eval loads (None: the training tokenizer)
+    sft_tokenizer: str | None = None  # tokenizer dir of the SFT stage, to compare its chat template
+    length_probe: str | None = None  # JSON file of length-probe results (p90, p99, share_at_cap)
+    blocking_cap_ratio: float = 0.5  # blocking when max_completion_length < this x the probe's p90
+
+    def validate(self, prefix: str) -> None:
+        super().validate(prefix)
+        _check_positive(prefix, "examples", self.examples, allow_zero=True)
+        if not 0.0 < self.blocking_cap_ratio <= 1.0:
+            raise ConfigError(f"{prefix}.blocking_cap_ratio must be within (0, 1], got {self.blocking_cap_ratio!r}")
 
 
 @dataclass
