@@ -198,6 +198,14 @@ class PreflightConfig(GuardConfig):
 
 
 @dataclass
+class RewardSanityConfig(GuardConfig):
+    """Known-good vs known-bad completions scored by the reward functions at train start."""
+
+    mode: Mode = "raise"
+    cases_file: str | None = None  # YAML/JSON cases (task, prompt, good, bad, columns); None = check skipped
+
+
+@dataclass
 class GuardsConfig:
     """All guards. ``GuardsConfig()`` turns every guard on with its default mode."""
 
@@ -212,6 +220,7 @@ class GuardsConfig:
     slicing: SlicingConfig = field(default_factory=SlicingConfig)
     rollouts: RolloutsConfig = field(default_factory=RolloutsConfig)
     preflight: PreflightConfig = field(default_factory=PreflightConfig)
+    reward_sanity: RewardSanityConfig = field(default_factory=RewardSanityConfig)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
