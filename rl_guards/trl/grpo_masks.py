@@ -1,0 +1,491 @@
+"""GRPO loss masks, checked on the tensors ``GRPOTrainer._generate_and_score_completions`` returns.
+
+TRL's loss weights completion position ``j`` of row ``i`` by ``completion_mask * tool_mask`` (``_compute_loss``);
+the prompt only enters as attention (``prompt_mask``). The rules, per row (reference: :mod:`rl_guards.core.masks`):
+
+=====================  ====================================================================================
+kind                   rule
+=====================  ====================================================================================
+``mask_values``        every mask holds only 0 and 1
+``post_eos``           no loss after the first EOS of ``completion_ids``
+``padding``            no loss on the padding of a row without EOS
+``truncated_unmasked`` with ``mask_truncated_completions``, a row without EOS carries no loss at all
+``missing_loss``       otherwise every generated token up to and including the first EOS carries loss
+``tool_mask``          each ``tool_mask == 0`` span starts right after the model's EOS, and starts/ends with the
+                       tool-result tokens the chat template renders
+``prompt_leak``        ``completion_ids`` do not start with the prompt's own tail (or head)
+``prompt_mask``        ``prompt_mask`` is a left-padded block equal to ``prompt_ids != pad``
+=====================  ====================================================================================
+
+Everything runs vectorised on the batch's device; the verdict costs one transfer of a few integers, plus one
+``all_reduce`` of the same integers when ``torch.distributed`` is initialised, so all ranks raise together.
+
+Metrics (``rl_guards/masking/...``):
+
+====================  ==========================================================
+``checked_batches``   batches checked so far (cumulative; ``check_every`` samples)
+``violating_rows``    rows (all ranks) breaking at least one rule, per checked batch
+``violations``        one per reported violation (from the Reporter)
+====================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from rl_guards.config import GuardsConfig, MaskingConfig
+from rl_guards.core import masks as M
+from rl_guards.errors import MaskingError
+from rl_guards.guards.base import Guard, Reporter
+
+logger = logging.getLogger("rl_guards")
+
+PROMPT_TAIL_SHOWN = 12  # prompt tokens shown before a completion in error messages
+PADDING_SHOWN = 3  # padding tokens shown after a completion's end in error messages
+
+RULES: dict[str, tuple[str, str]] = {
+    M.MASK_VALUES: (
+        "have mask values other than 0 and 1 (a weight of 2 doubles a token's loss)",
+        "build completion_mask / tool_mask / prompt_mask as 0/1 integer tensors.",
+    ),
+    M.POST_EOS: (
+        "carry loss after their first EOS token",
+        "completion_mask must be 1 up to and including the first EOS and 0 after it. If you build completion_ids "
+        "yourself (rollout_func, a trainer subclass), cut each completion after its first EOS, as "
+        "GRPOTrainer._generate does, and right-pad completion_mask with 0.",
+    ),
+    M.PADDING: (
+        "carry loss on padding (a completion without EOS, followed by pad tokens)",
+        "right-pad completion_mask with 0 where completion_ids holds padding.",
+    ),
+    M.TRUNCATED_UNMASKED: (
+        "are truncated (no EOS) yet carry loss although mask_truncated_completions=True",
+        "zero the whole completion_mask (and tool_mask) of truncated rows, as GRPOTrainer does, or set "
+        "mask_truncated_completions=False if truncated completions are meant to train.",
+    ),
+    M.MISSING_LOSS: (
+        "have generated tokens up to the first EOS that carry no loss",
+        "completion_mask must be 1 on every generated token up to and including the first EOS (tool results "
+        "aside); to drop truncated completions use mask_truncated_completions=True instead of zeroing by hand.",
+    ),
+    M.TOOL_MASK: (
+        "have a tool_mask that does not line up with the tool results in completion_ids",
+        "tool_mask must be 0 exactly on the tokens the trainer inserted after the model's end-of-turn token "
+        "(the rendered tool turn and the next assistant header) and 1 on every model token.",
+    ),
+    M.PROMPT_LEAK: (
+        "start with their prompt's own tokens (completion_ids overlap prompt_ids)",
+        "completion_ids must start right after the prompt: slice generated sequences at the padded prompt length "
+        "(prompt_completion_ids[:, prompt_ids.size(1):]); a rollout_func returns only the new tokens.",
+    ),
+    M.PROMPT_MASK: (
+        "have a prompt_mask that is not a left-padded block matching prompt_ids != pad",
+        "prompt_mask must be 0 on the left padding and 1 on every prompt token (attention over padding, or a "
+        "hidden prompt token, changes the log-probs the loss is computed from).",
+    ),
+}
+
+
+@dataclass
+class GRPOMaskFlags:
+    """Device tensors of one check: per-kind row flags and the offending positions, for rendering."""
+
+    rows: torch.Tensor  # [B, K] bool, K = len(GRPO_KINDS)
+    completion_bad: dict[str, torch.Tensor]  # kind -> [B, C] bool
+    prompt_bad: torch.Tensor  # [B, P] bool
+    loss: torch.Tensor  # [B, C] loss weights (completion_mask * tool_mask)
+    content_end: torch.Tensor  # [B] last generated position (-1 when none)
+
+
+def _as_int(t: torch.Tensor) -> torch.Tensor:
+    if t.dtype == torch.bool:
+        return t.long()
+    return t.round().long() if t.is_floating_point() else t
+
+
+def _shift_left(t: torch.Tensor, k: int, fill: int | bool) -> torch.Tensor:
+    """``out[:, j] = t[:, j + k]``, filled past the end."""
+    if k == 0:
+        return t
+    pad = torch.full((t.size(0), min(k, t.size(1))), fill, dtype=t.dtype, device=t.device)
+    return torch.cat([t[:, k:], pad], dim=1)
+
+
+def _shift_right(t: torch.Tensor, k: int, fill: int | bool) -> torch.Tensor:
+    """``out[:, j] = t[:, j - k]``, filled before the start."""
+    if k == 0:
+        return t
+    pad = torch.full((t.size(0), min(k, t.size(1))), fill, dtype=t.dtype, device=t.device)
+    return torch.cat([pad, t[:, : max(t.size(1) - k, 0)]], dim=1)
+
+
+def _check_shapes(output: Mapping[str, Any]) -> None:
+    for key in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask"):
+        if not isinstance(output.get(key), torch.Tensor) or output[key].dim() != 2:
+            raise ValueError(f"rollout batch: {key} must be a 2-D tensor, got {type(output.get(key)).__name__}")
+    pairs = [("prompt_ids", "prompt_mask"), ("completion_ids", "completion_mask")]
+    if output.get("tool_mask") is not None:
+        pairs.append(("completion_ids", "tool_mask"))
+    for a, b in pairs:
+        if output[a].shape != output[b].shape:
+            raise ValueError(f"rollout batch: {b} has shape {tuple(output[b].shape)}, {a} {tuple(output[a].shape)}")
+    if output["prompt_ids"].size(0) != output["completion_ids"].size(0):
+        raise ValueError("rollout batch: prompt_ids and completion_ids have different numbers of rows")
+
+
+def grpo_mask_flags(
+    output: Mapping[str, Any],
+    *,
+    eos_token_ids: Sequence[int],
+    pad_token_id: int | None,
+    mask_truncated: bool,
+    tool_head_ids: Sequence[int] = (),
+    tool_tail_ids: Sequence[int] = (),
+) -> GRPOMaskFlags:
+    """Apply every rule to a rollout batch, on its device, without a host transfer."""
+    _check_shapes(output)
+    ids = output["completion_ids"]
+    cm = _as_int(output["completion_mask"])
+    tm_given = output.get("tool_mask")
+    tm = _as_int(tm_given) if tm_given is not None else torch.ones_like(cm)
+    pids = output["prompt_ids"]
+    pm = _as_int(output["prompt_mask"])
+    device = ids.device
+    b, c = ids.shape
+    p = pids.size(1)
+    pad = -1 if pad_token_id is None else int(pad_token_id)
+    eos = torch.tensor(sorted({int(e) for e in eos_token_ids}) or [-1], device=device, dtype=ids.dtype)
+    pos = torch.arange(c, device=device).expand(b, c)
+
+    loss = cm * tm
+    is_eos = torch.isin(ids, eos)
+    model = tm != 0
+    tool = tm == 0
+    next_is_tool = _shift_left(tool, 1, False)
+    terminal = is_eos & model & ~next_is_tool
+    has_term = terminal.any(dim=1)
+    first = torch.where(has_term, terminal.int().argmax(dim=1), torch.full_like(has_term, c, dtype=torch.long))
+    at = first.clamp(max=max(c - 1, 0)).unsqueeze(1)
+    pad_is_eos = pad in {int(e) for e in eos_token_ids}
+    ambiguous = has_term & (ids.gather(1, at).squeeze(1) == pad) & (loss.gather(1, at).squeeze(1) == 0) & pad_is_eos
+    has_eos = has_term & ~ambiguous
+    last_real = torch.where(ids != pad, pos, torch.full_like(pos, -1)).amax(dim=1) if c else first - 1
+    content_end = torch.where(has_eos, first, torch.where(ambiguous, first - 1, last_real))
+    in_content = pos <= content_end.unsqueeze(1)
+    positive = loss != 0
+    masked_truncated = (~has_eos & mask_truncated).unsqueeze(1)
+
+    bad: dict[str, torch.Tensor] = {}
+    bad[M.MASK_VALUES] = ((cm != 0) & (cm != 1)) | ((tm != 0) & (tm != 1))
+    beyond = positive & ~in_content
+    bad[M.POST_EOS] = beyond & has_eos.unsqueeze(1)
+    bad[M.PADDING] = beyond & ~has_eos.unsqueeze(1)
+    bad[M.TRUNCATED_UNMASKED] = in_content & positive & masked_truncated
+    bad[M.MISSING_LOSS] = in_content & model & ~positive & ~masked_truncated
+    if tm_given is not None:
+        starts = tool & ~_shift_right(tool, 1, False) & in_content
+        after_model_eos = _shift_right(is_eos & model, 1, False)
+        head_ok = torch.ones_like(starts)
+        for k, token in enumerate(tool_head_ids):
+            head_ok &= _shift_left(ids, k, -1) == int(token)
+        ends = tool & ~next_is_tool & _shift_left(in_content, 1, False) & _shift_left(model, 1, False)
+        tail_ok = torch.ones_like(ends)
+        n_tail = len(tool_tail_ids)
+        for k, token in enumerate(tool_tail_ids):
+            tail_ok &= _shift_right(ids, n_tail - 1 - k, -1) == int(token)
+        # Rows zeroed by mask_truncated_completions carry no loss: their tool_mask is moot.
+        bad[M.TOOL_MASK] = ((starts & ~(after_model_eos & head_ok)) | (ends & ~tail_ok)) & ~masked_truncated
+    else:
+        bad[M.TOOL_MASK] = torch.zeros_like(in_content)
+
+    # Prompt leak: the completion's head repeats the prompt's tail (k tokens) or the prompt's head.
+    real = pm != 0
+    n_prompt = real.sum(dim=1)
+    leak_len = torch.zeros(b, dtype=torch.long, device=device)
+    leak_one = torch.zeros(b, dtype=torch.bool, device=device)
+    for k in range(1, min(M.LEAK_WINDOW, p, c) + 1):
+        match = (ids[:, :k] == pids[:, p - k :]).all(dim=1) & (n_prompt >= k)
+        if k == 1:
+            leak_one = match
+        else:
+            leak_len = torch.where(match, torch.full_like(leak_len, k), leak_len)
+    m = min(M.REPEAT_WINDOW, c)
+    if m >= 2 and p >= m:
+        head_idx = ((p - n_prompt).unsqueeze(1) + torch.arange(m, device=device)).clamp(max=p - 1)
+        repeat = (ids[:, :m] == pids.gather(1, head_idx)).all(dim=1) & (n_prompt >= m)
+        leak_len = torch.where(repeat & (leak_len == 0), torch.full_like(leak_len, m), leak_len)
+    # A single repeated token (a newline) happens by chance; on every row of a batch it is an off-by-one slice.
+    uniform = leak_one.all() & (b >= M.UNIFORM_LEAK_MIN_ROWS)
+    leak_len = torch.where((leak_len == 0) & leak_one & uniform, torch.ones_like(leak_len), leak_len)
+    bad[M.PROMPT_LEAK] = pos < leak_len.unsqueeze(1)
+
+    # Prompt mask: a left-padded 0...01...1 block equal to prompt_ids != pad.
+    lead = torch.cumprod((pids == pad).int(), dim=1).bool()
+    prompt_bad = (
+        ((pm != 0) & (pm != 1))
+        | ((pm == 1) & (_shift_left(pm, 1, 1) == 0))
+        | ((pm == 0) & (pids != pad))
+        | ((pm != 0) & lead & _shift_left(lead, 1, False))
+    )
+    rows = torch.stack(
+        [bad[k].any(dim=1) if k != M.PROMPT_MASK else prompt_bad.any(dim=1) for k in M.GRPO_KINDS], dim=1
+    )
+    return GRPOMaskFlags(rows=rows, completion_bad=bad, prompt_bad=prompt_bad, loss=loss, content_end=content_end)
+
+
+def _report_from_counts(counts: list[int], num_rows: int, flags: GRPOMaskFlags | None) -> M.MaskReport:
+    """``counts``: rows per kind (GRPO_KINDS order), then rows breaking any rule. Row indices come from ``flags``."""
+    kinds = M.GRPO_KINDS
+    report = M.MaskReport(num_rows=num_rows, counts=dict(zip(kinds, counts[: len(kinds)], strict=True)))
+    report.violating_rows = int(counts[len(kinds)])
+    if flags is not None and report.violating_rows:
+        for k, kind in enumerate(kinds):
+            if report.counts[kind]:
+                report.rows[kind] = flags.rows[:, k].nonzero().flatten().tolist()
+    return report
+
+
+def check_grpo_batch(
+    output: Mapping[str, Any],
+    *,
+    eos_token_ids: Sequence[int],
+    pad_token_id: int | None,
+    mask_truncated: bool,
+    tool_head_ids: Sequence[int] = (),
+    tool_tail_ids: Sequence[int] = (),
+) -> M.MaskReport:
+    """Check one rollout batch (the dict ``_generate_and_score_completions`` returns); no trainer needed.
+
+    One host transfer of ``len(GRPO_KINDS) + 1`` integers when the batch is clean; row indices when it is not.
+    """
+    flags = grpo_mask_flags(
+        output,
+        eos_token_ids=eos_token_ids,
+        pad_token_id=pad_token_id,
+        mask_truncated=mask_truncated,
+        tool_head_ids=tool_head_ids,
+        tool_tail_ids=tool_tail_ids,
+    )
+    counts = torch.cat([flags.rows.sum(dim=0), flags.rows.any(dim=1).sum().unsqueeze(0)]).tolist()
+    return _report_from_counts(counts, flags.rows.size(0), flags)
+
+
+def tool_result_markers(
+    tokenizer: Any, chat_template: str | None = None, chat_template_kwargs: Mapping[str, Any] | None = None
+) -> tuple[list[int], list[int]] | None:
+    """The token ids a chat template puts before and after a tool result in a completion, or None.
+
+    Rendered the way TRL builds the tool suffix (``GRPOTrainer._get_tool_suffix_ids``), with two different probe
+    results: the common head and tail of the two suffixes, without whitespace-only tokens at the content side
+    (a result starting or ending with whitespace may merge with them).
+    """
+    kwargs = dict(chat_template_kwargs or {})
+    call = [{"type": "function", "function": {"name": "probe_tool", "arguments": {}}}]
+    base = [{"role": "user", "content": "probe"}, {"role": "assistant", "content": "", "tool_calls": call}]
+    eos_id = getattr(tokenizer, "eos_token_id", None)
+
+    def suffix(content: str) -> list[int]:
+        def render(messages: list[dict[str, Any]], gen: bool) -> list[int]:
+            out = tokenizer.apply_chat_template(
+                messages, add_generation_prompt=gen, tokenize=True, chat_template=chat_template, **kwargs
+            )
+            out = out["input_ids"] if isinstance(out, Mapping) else out
+            return [int(t) for t in out]
+
+        prefix = render(base, False)
+        full = render([*base, {"role": "tool", "name": "probe_tool", "content": content}], True)
+        cut = max((i for i, t in enumerate(prefix) if t == eos_id), default=None)
+        if cut is not None:
+            prefix = prefix[: cut + 1]
+        if full[: len(prefix)] != prefix:
+            raise ValueError("the tool turn does not extend the conversation it follows")
+        return full[len(prefix) :]
+
+    try:
+        a, b = suffix("alpha 17"), suffix('{"x": 42}')
+    except Exception as exc:  # templates without tool support, processors, ...
+        logger.info("rl_guards: no tool-result markers from the chat template (%s)", exc)
+        return None
+    head = []
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        head.append(x)
+    tail: list[int] = []
+    for x, y in zip(reversed(a), reversed(b), strict=False):
+        if x != y or len(tail) >= min(len(a), len(b)) - len(head):
+            break
+        tail.insert(0, x)
+
+    def blank(token: int) -> bool:
+        return tokenizer.decode([token]).strip() == ""
+
+    while head and blank(head[-1]):
+        head.pop()
+    while tail and blank(tail[0]):
+        tail.pop(0)
+    return head, tail
+
+
+class GRPOMaskGuard(Guard):
+    """Stops a GRPO run whose loss mask weights the wrong tokens (``MaskingError``).
+
+    The TRL hook calls :meth:`check_tensors` on every rank with the dict ``_generate_and_score_completions``
+    returns; one batch in ``masking.check_every`` is checked.
+    """
+
+    name: ClassVar[str] = "masking"
+    config_field: ClassVar[str] = "masking"
+
+    def __init__(self, config: GuardsConfig) -> None:
+        super().__init__(config)
+        self.config: MaskingConfig = config.masking
+        self.calls = 0
+        self.checked = 0
+        self._tool_markers: tuple[list[int], list[int]] | None = None
+        self._tool_markers_done = False
+
+    # ----- state -------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"calls": self.calls, "checked": self.checked}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.calls = int(state.get("calls", 0))
+        self.checked = int(state.get("checked", 0))
+
+    # ----- the check ---------------------------------------------------------------------------------------
+    def _pad_token_id(self) -> int | None:
+        if self.ctx.pad_token_id is not None:
+            return int(self.ctx.pad_token_id)
+        tok = self.ctx.tokenizer
+        return None if getattr(tok, "pad_token_id", None) is None else int(tok.pad_token_id)
+
+    def _eos_token_ids(self) -> list[int]:
+        if self.ctx.eos_token_ids:
+            return [int(e) for e in self.ctx.eos_token_ids]
+        eos = getattr(self.ctx.tokenizer, "eos_token_id", None)
+        return [] if eos is None else [int(eos)]
+
+    def _tool_result_markers(self) -> tuple[list[int], list[int]]:
+        if not self._tool_markers_done:
+            self._tool_markers_done = True
+            if self.ctx.tokenizer is not None:
+                self._tool_markers = tool_result_markers(
+                    self.ctx.tokenizer, self.ctx.chat_template, self.ctx.chat_template_kwargs
+                )
+        return self._tool_markers or ([], [])
+
+    def check_tensors(self, output: Mapping[str, Any], report: Reporter) -> None:
+        """Check one rollout batch (local rows); all ranks reach the same verdict."""
+        self.calls += 1
+        if (self.calls - 1) % self.config.check_every:
+            return
+        mask_truncated = bool(getattr(self.ctx.args, "mask_truncated_completions", False))
+        n_kinds = len(M.GRPO_KINDS)
+        ids = output.get("completion_ids")
+        device = ids.device if isinstance(ids, torch.Tensor) else torch.device("cpu")
+        flags: GRPOMaskFlags | None = None
+        failure: Exception | None = None
+        try:
+            head, tail = self._tool_result_markers() if output.get("tool_mask") is not None else ([], [])
+            flags = grpo_mask_flags(
+                output,
+                eos_token_ids=self._eos_token_ids(),
+                pad_token_id=self._pad_token_id(),
+                mask_truncated=mask_truncated,
+                tool_head_ids=head,
+                tool_tail_ids=tail,
+            )
+            local = torch.cat(
+                [
+                    flags.rows.sum(dim=0),
+                    flags.rows.any(dim=1).sum().unsqueeze(0),
+                    torch.tensor([flags.rows.size(0)], device=flags.rows.device),
+                ]
+            ).long()
+        except Exception as exc:  # still join the collective below, or the other ranks would hang
+            failure = exc
+            local = torch.zeros(n_kinds + 2, dtype=torch.long, device=device)
+        counts = _all_reduce_sum(local).tolist()
+        if failure is not None:
+            raise failure
+        self.checked += 1
+        report.metric("checked_batches", float(self.checked))
+        report.metric("violating_rows", float(counts[n_kinds]))
+        if not counts[n_kinds]:
+            return
+        global_report = _report_from_counts(counts[: n_kinds + 1], int(counts[n_kinds + 1]), None)
+        local_report = None
+        if flags is not None:
+            local_counts = torch.cat([flags.rows.sum(dim=0), flags.rows.any(dim=1).sum().unsqueeze(0)]).tolist()
+            local_report = _report_from_counts(local_counts, flags.rows.size(0), flags)
+        for kind in global_report.kinds:
+            report.violation(kind, self._message(kind, global_report, local_report, flags, output), MaskingError)
+
+    # ----- the message -------------------------------------------------------------------------------------
+    def _message(
+        self,
+        kind: str,
+        global_report: M.MaskReport,
+        local_report: M.MaskReport | None,
+        flags: GRPOMaskFlags | None,
+        output: Mapping[str, Any],
+    ) -> str:
+        what, fix = RULES[kind]
+        if kind == M.POST_EOS and output.get("tool_mask") is not None:
+            fix += " With tools, tool_mask must be 0 from the token right after the model's EOS to the next turn."
+        n, total = global_report.counts[kind], global_report.num_rows
+        lines = [f"{kind}: {n} of {total} rows {what}."]
+        others = [k for k in global_report.kinds if k != kind]
+        if others:
+            lines[0] += " Also: " + ", ".join(f"{k} ({global_report.counts[k]})" for k in others) + "."
+        local_rows = (local_report.rows.get(kind, []) if local_report else [])[: self.config.max_rows_shown]
+        if flags is not None and local_rows:
+            lines.append(M.LEGEND)
+            for row in local_rows:
+                lines.append(f"row {row}: " + self._render_row(kind, row, flags, output))
+        elif self.ctx.world_size > 1:
+            lines.append(f"(the offending rows are on other ranks; rank {self.ctx.process_index} has none)")
+        lines.append(f"Fix: {fix}")
+        return "\n".join(lines)
+
+    def _decode_pieces(self, ids: list[int]) -> list[str]:
+        tok = self.ctx.tokenizer
+        if tok is None:
+            return [f"[{t}]" for t in ids]
+        return M.token_pieces(lambda x: tok.decode(x, skip_special_tokens=False), ids)
+
+    def _render_row(self, kind: str, row: int, flags: GRPOMaskFlags, output: Mapping[str, Any]) -> str:
+        pids = output["prompt_ids"][row].tolist()
+        pm = output["prompt_mask"][row].tolist()
+        if kind == M.PROMPT_MASK:
+            pieces = self._decode_pieces(pids)
+            return "prompt («attended»): " + M.render_spans(pieces, pm, flags.prompt_bad[row].tolist())
+        prompt = [t for t, m in zip(pids, pm, strict=True) if m][-PROMPT_TAIL_SHOWN:]
+        ids = output["completion_ids"][row].tolist()
+        stop = min(len(ids), int(flags.content_end[row]) + 1 + PADDING_SHOWN)
+        bad = flags.completion_bad[kind][row].tolist()
+        last_bad = max((j for j, f in enumerate(bad) if f), default=-1)
+        stop = max(stop, last_bad + 1)
+        loss = flags.loss[row].tolist()
+        prompt_text = M.render_spans(self._decode_pieces(prompt), [0] * len(prompt))
+        body = M.render_spans(self._decode_pieces(ids[:stop]), loss[:stop], bad[:stop])
+        more = f"…(+{len(ids) - stop} more)" if stop < len(ids) else ""
+        return f"…{prompt_text} ‖ {body}{more}"
+
+
+def _all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+    """Sum over ranks when torch.distributed is initialised; the tensor itself otherwise."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        t = t.clone()
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t
+
+
+__all__ = ["GRPOMaskFlags", "GRPOMaskGuard", "check_grpo_batch", "grpo_mask_flags", "tool_result_markers"]
