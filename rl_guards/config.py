@@ -89,6 +89,11 @@ class StrayThinkPenaltyConfig(GuardConfig):
     def validate(self, prefix: str) -> None:
         super().validate(prefix)
         _check_positive(prefix, "weight", self.weight, allow_zero=True)
+        from rl_guards.core.think_markup import ALL_CODES
+
+        unknown = sorted(set(self.anomalies) - set(ALL_CODES))
+        if unknown:
+            raise ConfigError(f"{prefix}.anomalies has unknown code(s) {unknown}; available: {list(ALL_CODES)}")
 
 
 @dataclass
