@@ -1,0 +1,85 @@
+"""TRL-style reward functions for the tiny two-task dataset.
+
+Each takes ``completions`` (conversational ``[{"role": "assistant", "content": ...}]`` or plain strings) and the
+dataset columns as keyword lists, and returns one float per row, or ``None`` for rows of another task when a
+``task`` column is given (TRL then leaves that row out of this function's statistics).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "LENGTH_PENALTY_PER_TOKEN",
+    "arith_correct",
+    "completion_text",
+    "echo_match",
+    "final_answer",
+    "length_penalty",
+]
+
+LENGTH_PENALTY_PER_TOKEN = 0.01  # length_penalty: reward per completion token (a character counts 1/4 token)
+
+
+def completion_text(completion: Any) -> str:
+    """The text of one completion: a string as is, or the concatenated contents of a list of messages."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        return str(completion.get("content") or "")
+    return "".join(str(message.get("content") or "") for message in completion)
+
+
+def final_answer(text: str) -> str:
+    """The part after the last ``</think>``; empty if a ``<think>`` was opened and never closed."""
+    if "</think>" in text:
+        return text.rsplit("</think>", 1)[1]
+    if "<think>" in text:
+        return ""
+    return text
+
+
+def _task_rewards(
+    task_name: str, completions: Sequence[Any], answer: Sequence[str], task: Sequence[str] | None, pattern: str
+) -> list[float | None]:
+    if len(answer) != len(completions):
+        raise ValueError(f"{len(completions)} completions but {len(answer)} answers")
+    rewards: list[float | None] = []
+    for index, (completion, expected) in enumerate(zip(completions, answer, strict=True)):
+        if task is not None and task[index] != task_name:
+            rewards.append(None)
+            continue
+        found = re.search(pattern.format(re.escape(str(expected))), final_answer(completion_text(completion)), re.I)
+        rewards.append(1.0 if found else 0.0)
+    return rewards
+
+
+def arith_correct(
+    completions: Sequence[Any], answer: Sequence[str], task: Sequence[str] | None = None, **kwargs: Any
+) -> list[float | None]:
+    """1.0 if the answer number appears (as a whole number) in the final answer, else 0.0; None off task."""
+    return _task_rewards("arith", completions, answer, task, r"(?<!\d){}(?!\d)")
+
+
+def echo_match(
+    completions: Sequence[Any], answer: Sequence[str], task: Sequence[str] | None = None, **kwargs: Any
+) -> list[float | None]:
+    """1.0 if the word to repeat appears (as a whole word, any case) in the final answer, else 0.0; None off task."""
+    return _task_rewards("echo", completions, answer, task, r"\b{}\b")
+
+
+def length_penalty(
+    completions: Sequence[Any], completion_ids: Sequence[Sequence[int]] | None = None, **kwargs: Any
+) -> list[float | None]:
+    """``-LENGTH_PENALTY_PER_TOKEN`` per completion token (from ``completion_ids``; else characters / 4); all rows."""
+    if completion_ids is not None:
+        return [-LENGTH_PENALTY_PER_TOKEN * len(ids) for ids in completion_ids]
+    return [-LENGTH_PENALTY_PER_TOKEN * len(completion_text(c)) / 4 for c in completions]
+
+
+# Fixed names: they become the reward keys TRL logs (rewards/<name>/mean) and must not change with refactors.
+arith_correct.__name__ = "arith_correct"
+echo_match.__name__ = "echo_match"
+length_penalty.__name__ = "length_penalty"
