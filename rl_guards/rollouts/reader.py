@@ -1,0 +1,160 @@
+"""Read rollout dumps back: list the dumped steps, load one, filter rows.
+
+::
+
+    store = RolloutStore("outputs/run1")              # a trainer output_dir, or the rollouts folder itself
+    store.steps()                                     # [0, 10, 19, 20, ...]
+    rows = store.rows(20, task="arith", min_reward=0.5, anomaly="unclosed", truncated=False)
+    table = store.table(20)                           # pyarrow.Table with every column
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from rl_guards.core.think_markup import MALFORMED, TAG_IN_NONTHINKING
+from rl_guards.rollouts.recorder import (
+    INDEX_FILE,
+    REWARD_PREFIX,
+    SCHEMA_VERSION,
+    default_rollouts_dir,
+    scan_dumps,
+    step_file_name,
+)
+
+
+def find_rollouts_dir(run_dir: str | os.PathLike[str]) -> Path:
+    """The folder holding the dumps: ``run_dir`` itself, ``<run_dir>/rl_guards/rollouts`` or ``<run_dir>/rollouts``."""
+    run_dir = Path(run_dir)
+    for candidate in (run_dir, default_rollouts_dir(run_dir), run_dir / "rollouts"):
+        if (candidate / INDEX_FILE).is_file() or any(candidate.glob("step_*.parquet")):
+            return candidate
+    raise FileNotFoundError(
+        f"no rollout dumps under {run_dir}: looked for {INDEX_FILE} or step_*.parquet in {run_dir}, "
+        f"{default_rollouts_dir(run_dir)} and {run_dir / 'rollouts'}. Dumps are written by the rollouts guard "
+        "(rollouts.enabled, rollouts.every_steps)."
+    )
+
+
+class RolloutStore:
+    """The rollout dumps of one run."""
+
+    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
+        self.run_dir = Path(run_dir)
+        self.folder = find_rollouts_dir(self.run_dir)
+
+    def index(self) -> list[dict[str, Any]]:
+        """One entry per dump (step, rows, tasks, reason, checkpoint, file), sorted by step.
+
+        Read from the files themselves, so a stale or missing ``index.jsonl`` cannot mislead.
+        """
+        entries, _ = scan_dumps(self.folder)
+        return [entries[s] for s in sorted(entries)]
+
+    def steps(self) -> list[int]:
+        """Dumped steps, ascending."""
+        return [e["step"] for e in self.index()]
+
+    def checkpoint_steps(self) -> dict[int, int]:
+        """checkpoint number -> dumped step of the rollouts that checkpoint saw."""
+        return {e["checkpoint"]: e["step"] for e in self.index() if e.get("checkpoint") is not None}
+
+    def path(self, step: int) -> Path:
+        path = self.folder / step_file_name(step)
+        if not path.is_file():
+            raise FileNotFoundError(f"no dump for step {step} in {self.folder}; dumped steps: {self.steps()}")
+        return path
+
+    def table(self, step: int) -> Any:
+        """The dump of ``step`` as a ``pyarrow.Table``."""
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(str(self.path(step)))
+        version = int(table.column("schema_version")[0].as_py()) if table.num_rows else SCHEMA_VERSION
+        if version > SCHEMA_VERSION:
+            raise ValueError(
+                f"{self.path(step)} has schema version {version}; this rl_guards reads up to {SCHEMA_VERSION}. "
+                "Upgrade rl_guards."
+            )
+        return table
+
+    def load(self, step: int) -> list[dict[str, Any]]:
+        """The dump of ``step`` as one dict per rollout (``rewards`` gathers the ``reward/<func>`` columns)."""
+        return [_with_rewards(row) for row in self.table(step).to_pylist()]
+
+    def rows(
+        self,
+        step: int,
+        *,
+        task: str | None = None,
+        min_reward: float | None = None,
+        max_reward: float | None = None,
+        anomaly: str | None = None,
+        truncated: bool | None = None,
+        limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Rows of one step that pass every given filter (see :func:`filter_rows`)."""
+        return filter_rows(
+            self.load(step),
+            task=task,
+            min_reward=min_reward,
+            max_reward=max_reward,
+            anomaly=anomaly,
+            truncated=truncated,
+            limit=limit,
+        )
+
+
+def filter_rows(
+    rows: list[dict[str, Any]],
+    *,
+    task: str | None = None,
+    min_reward: float | None = None,
+    max_reward: float | None = None,
+    anomaly: str | None = None,
+    truncated: bool | None = None,
+    limit: int | None = None,
+) -> list[dict[str, Any]]:
+    """Keep rows of ``task``, with total reward in ``[min_reward, max_reward]`` (unscored rows fail a reward
+    bound), whose think verdict lists ``anomaly`` (``"any"``: any malformed markup, see :func:`has_anomaly`),
+    with this ``truncated`` flag; at most ``limit`` rows."""
+    out = []
+    for row in rows:
+        if task is not None and row.get("task") != task:
+            continue
+        reward = row.get("reward")
+        scored = reward is not None and not math.isnan(reward)
+        if min_reward is not None and not (scored and reward >= min_reward):
+            continue
+        if max_reward is not None and not (scored and reward <= max_reward):
+            continue
+        if anomaly is not None:
+            found = row.get("think_anomalies") or []
+            if not (has_anomaly(row) if anomaly == "any" else anomaly in found):
+                continue
+        if truncated is not None and bool(row.get("truncated")) != truncated:
+            continue
+        out.append(row)
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+def has_anomaly(row: dict[str, Any]) -> bool:
+    """The row's think markup is broken, or a non-thinking row has tags (informational codes do not count)."""
+    return any(code in MALFORMED or code == TAG_IN_NONTHINKING for code in row.get("think_anomalies") or [])
+
+
+def _with_rewards(row: dict[str, Any]) -> dict[str, Any]:
+    row["rewards"] = {k[len(REWARD_PREFIX) :]: v for k, v in row.items() if k.startswith(REWARD_PREFIX)}
+    raw = row.get("columns")
+    if isinstance(raw, str):
+        try:
+            row["columns"] = json.loads(raw)
+        except ValueError:
+            pass
+    return row

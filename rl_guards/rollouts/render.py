@@ -1,0 +1,127 @@
+"""Plain-text views of rollouts: whitespace made visible, one header line per rollout, two columns side by side."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+NEWLINE_MARK = "↵"
+TAB_MARK = "⇥"
+CR_MARK = "␍"
+SPACE_MARK = "·"
+# Characters that print as nothing (or as a plain space) yet change what the model and the reward saw.
+INVISIBLE = {
+    "\u00a0": "NBSP",
+    "\u200b": "ZWSP",
+    "\u200c": "ZWNJ",
+    "\u200d": "ZWJ",
+    "\u2060": "WJ",
+    "\ufeff": "BOM",
+    "\u000b": "VT",
+    "\u000c": "FF",
+}
+
+
+def visible_whitespace(text: str) -> str:
+    """``text`` with line breaks shown as ``↵`` (the break is kept), tabs as ``⇥``, carriage returns as ``␍``,
+    invisible characters as ``⟨NAME⟩``, and every space as ``·`` except a single space between two visible
+    characters. Special tokens stay as their text (``<|im_end|>``)."""
+    out_lines = []
+    for line in text.split("\n"):
+        chars = list(line)
+        shown = []
+        for i, char in enumerate(chars):
+            if char == " ":
+                prev = chars[i - 1] if i > 0 else ""
+                nxt = chars[i + 1] if i + 1 < len(chars) else ""
+                plain = bool(prev) and bool(nxt) and not prev.isspace() and not nxt.isspace()
+                shown.append(" " if plain else SPACE_MARK)
+            elif char == "\t":
+                shown.append(TAB_MARK)
+            elif char == "\r":
+                shown.append(CR_MARK)
+            elif char in INVISIBLE:
+                shown.append(f"⟨{INVISIBLE[char]}⟩")
+            else:
+                shown.append(char)
+        out_lines.append("".join(shown))
+    return (NEWLINE_MARK + "\n").join(out_lines)
+
+
+def fmt_number(value: float | None, signed: bool = False) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return f"{value:+.3f}" if signed else f"{value:.3f}"
+
+
+def flags(row: dict[str, Any]) -> list[str]:
+    """Short flags of a rollout: TRUNCATED, the think verdict and its anomalies."""
+    out = []
+    if row.get("truncated"):
+        out.append("TRUNCATED")
+    if row.get("think_kind"):
+        out.append(f"think={row['think_kind']}")
+    anomalies = row.get("think_anomalies") or []
+    if anomalies:
+        out.append("anomalies=" + ",".join(anomalies))
+    if row.get("thinking") is not None:
+        out.append(f"thinking={'on' if row['thinking'] else 'off'}")
+    return out
+
+
+def header_line(row: dict[str, Any]) -> str:
+    """``step 20 | arith | group 3 row 12 | reward 1.000 (f=1.000) | adv +0.870 | TRUNCATED ...``."""
+    rewards = row.get("rewards") or {}
+    parts = ", ".join(f"{k}={fmt_number(v)}" for k, v in rewards.items())
+    fields = [
+        f"step {row.get('step')}",
+        str(row.get("task")),
+        f"group {row.get('group')} row {row.get('row')}",
+        f"reward {fmt_number(row.get('reward'))}" + (f" ({parts})" if parts else ""),
+        f"adv {fmt_number(row.get('advantage'), signed=True)}",
+        f"{row.get('completion_tokens')} tokens",
+        *flags(row),
+    ]
+    return " | ".join(fields)
+
+
+def tail(text: str, chars: int) -> str:
+    """The last ``chars`` characters, with ``…`` when cut."""
+    return text if len(text) <= chars else "…" + text[-chars:]
+
+
+def format_rollout(row: dict[str, Any], prompt_chars: int = 300) -> str:
+    """Header, prompt tail and the full completion, whitespace visible."""
+    rule = "─" * 8
+    lines = [
+        f"{rule} {header_line(row)}",
+        "prompt (tail):",
+        _indent(visible_whitespace(tail(row.get("prompt") or "", prompt_chars))),
+        "completion:",
+        _indent(visible_whitespace(row.get("completion") or "")),
+    ]
+    if row.get("truncated"):
+        lines.append("  [cut at max_completion_length: no end-of-turn token]")
+    return "\n".join(lines)
+
+
+def side_by_side(left: str, right: str, width: int) -> str:
+    """Two texts in columns of ``width`` characters each, hard-wrapped, separated by ``│``."""
+    a, b = _wrap(left, width), _wrap(right, width)
+    return "\n".join(f"{x.ljust(width)} │ {y}".rstrip() for x, y in itertools.zip_longest(a, b, fillvalue=""))
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    out = []
+    for line in text.split("\n"):
+        if not line:
+            out.append("")
+        while line:
+            out.append(line[:width])
+            line = line[width:]
+    return out
+
+
+def _indent(text: str, prefix: str = "  ") -> str:
+    return "\n".join(prefix + line for line in text.split("\n"))
