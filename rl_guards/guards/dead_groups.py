@@ -1,0 +1,171 @@
+"""Dead groups per task: groups with zero advantage, and tasks that stopped contributing gradient."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, ClassVar
+
+from rl_guards.config import DeadGroupsConfig
+from rl_guards.core.batch import RolloutBatch
+from rl_guards.core.group_size import advise_group_size
+from rl_guards.core.groups import REWARD_ATOL, TaskGroups, group_outcomes, trl_totals, update_ranges
+from rl_guards.errors import DeadGradientError
+from rl_guards.guards.base import Guard, Reporter
+
+
+class DeadGroupGuard(Guard):
+    """Per task and batch: how many groups are dead (all totals equal, zero advantage), and why.
+
+    Definitions (see :mod:`rl_guards.core.groups`): a group is dead when its rollouts' total rewards (TRL's
+    weighted sum, None as 0) are all equal; *all pass* / *all fail* when that value is the top / bottom of the
+    task's range observed so far in the run. A row passes when its total is the top of that range; the pass
+    rate of a task is taken over its last ``warn_after_steps`` train batches.
+
+    Per task, ``rl_guards/task/<task>/...``:
+
+    ==========================  ===================================================================================
+    key                         value
+    ==========================  ===================================================================================
+    ``dead_group_share``        share of the task's groups that are dead
+    ``dead_all_pass``           share of its groups dead at the top of the range (too easy for this group size)
+    ``dead_all_fail``           share of its groups dead at the bottom (too hard)
+    ``live_groups``             groups with a non-zero advantage
+    ``zero_adv_token_share``    share of the task's completion tokens whose row has zero advantage
+    ``pass_rate``               share of rows at the top of the range (recent window)
+    ``expected_dead_share``     ``p**G + (1-p)**G`` at the current group size (the advisor, binary model)
+    ``dead_streak``             consecutive train batches in which the task had no live group
+    ==========================  ===================================================================================
+
+    Global: ``rl_guards/dead_groups/dead_tasks`` (tasks whose streak reached ``warn_after_steps``),
+    ``rl_guards/dead_groups/zero_adv_token_share``.
+
+    Violation ``dead_task`` (:class:`~rl_guards.errors.DeadGradientError`) when a task had no live group for
+    ``warn_after_steps`` consecutive train batches (batches without the task neither count nor reset); once per
+    streak. Eval batches are measured but do not touch the state. At the end of training one ``group_size_advice``
+    finding lists the advisor's verdict for every task. Streaks, ranges and recent pass rates survive a resume.
+    """
+
+    name: ClassVar[str] = "dead_groups"
+    config_field: ClassVar[str] = "dead_groups"
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.config: DeadGroupsConfig
+        self.streaks: dict[str, int] = {}  # task -> consecutive train batches without a live group
+        self.ranges: dict[str, list[float]] = {}  # task -> observed [low, high] total reward
+        self.windows: dict[str, list[list[int]]] = {}  # task -> recent [pass_rows, rows] per train batch
+        self.group_size: int = 0  # num_generations of the last train batch
+
+    # ----- per batch --------------------------------------------------------------------------------------
+    def pass_rate(self, task: str) -> float | None:
+        """Pass rate of ``task`` over the recent window (None before any row)."""
+        window = self.windows.get(task) or []
+        rows = sum(n for _, n in window)
+        return sum(p for p, _ in window) / rows if rows else None
+
+    def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
+        train = batch.mode == "train"
+        totals = trl_totals(batch)
+        ranges = self.ranges if train else copy.deepcopy(self.ranges)
+        update_ranges(ranges, batch, totals)
+        stats = group_outcomes(batch, ranges, totals)
+        if train:
+            self.group_size = batch.num_generations
+            self._update_state(stats)
+        all_tokens = sum(s.tokens for s in stats.values())
+        zero_tokens = sum(s.zero_adv_tokens for s in stats.values())
+        report.metric("zero_adv_token_share", zero_tokens / all_tokens if all_tokens else 0.0)
+        for task, s in stats.items():
+            self._log_task(task, s, batch, report)
+        threshold = self.config.warn_after_steps
+        report.metric("dead_tasks", float(sum(1 for n in self.streaks.values() if n >= threshold)))
+        if train:
+            for task, s in stats.items():
+                if s.groups and self.streaks.get(task) == threshold:
+                    report.violation("dead_task", self._dead_message(task, s, batch), DeadGradientError)
+
+    def _update_state(self, stats: dict[str, TaskGroups]) -> None:
+        for task, s in stats.items():
+            if not s.groups:
+                continue
+            self.streaks[task] = self.streaks.get(task, 0) + 1 if s.live == 0 else 0
+            window = self.windows.setdefault(task, [])
+            window.append([s.pass_rows, s.rows])
+            del window[: -self.config.warn_after_steps]
+
+    def _log_task(self, task: str, s: TaskGroups, batch: RolloutBatch, report: Reporter) -> None:
+        if s.groups:
+            report.task_metric(task, "dead_group_share", s.share(s.dead))
+            report.task_metric(task, "dead_all_pass", s.share(s.dead_all_pass))
+            report.task_metric(task, "dead_all_fail", s.share(s.dead_all_fail))
+            report.task_metric(task, "live_groups", float(s.live))
+        report.task_metric(task, "zero_adv_token_share", s.zero_adv_token_share)
+        rate = self.pass_rate(task) if batch.mode == "train" else s.pass_rate
+        if rate is not None:
+            report.task_metric(task, "pass_rate", rate)
+            if batch.num_generations >= 2:
+                advice = advise_group_size(task, rate, batch.num_generations, self.config.target_dead_share)
+                report.task_metric(task, "expected_dead_share", advice.expected_dead_share)
+        if batch.mode == "train":
+            report.task_metric(task, "dead_streak", float(self.streaks.get(task, 0)))
+
+    def _dead_message(self, task: str, s: TaskGroups, batch: RolloutBatch) -> str:
+        rate = self.pass_rate(task)
+        low, high = self.ranges[task]
+        head = (
+            f"task {task!r} contributed no gradient for {self.streaks[task]} consecutive batches (step {batch.step}): "
+            f"in every group all rollouts got the same total reward, so every advantage is zero."
+        )
+        if high - low <= REWARD_ATOL:
+            detail = f" Every rollout of the task so far got the total {high:g}: is its reward able to vary?"
+        else:
+            detail = (
+                f" Last batch: {s.groups} group(s): {s.dead_all_pass} all at the best total seen ({high:g}), "
+                f"{s.dead_all_fail} all at the worst ({low:g}), {s.dead_other} all at another value."
+            )
+        if rate is not None:
+            detail += f" Recent pass rate {rate:.2f}."
+        lines = [head + detail]
+        if rate is not None and batch.num_generations >= 2:
+            advice = advise_group_size(task, rate, batch.num_generations, self.config.target_dead_share)
+            lines.append("Advisor: " + advice.message())
+        lines.append(
+            "Fix: if the reward cannot vary on this task (a constant or broken reward function), fix the reward; "
+            "otherwise raise num_generations or rebalance the task's difficulty."
+        )
+        return "\n".join(lines)
+
+    # ----- end of run -------------------------------------------------------------------------------------
+    def advice_text(self) -> str:
+        """The advisor's verdict for every task seen in training (empty if none)."""
+        lines = []
+        for task in sorted(self.windows):
+            rate = self.pass_rate(task)
+            if rate is None or self.group_size < 2:
+                continue
+            lines.append("  " + advise_group_size(task, rate, self.group_size, self.config.target_dead_share).message())
+        return (
+            "group-size advice (binary-reward model, lower bound when prompt difficulty varies):\n" + "\n".join(lines)
+            if lines
+            else ""
+        )
+
+    def on_train_end(self, report: Reporter) -> None:
+        text = self.advice_text()
+        if text:
+            report.info("group_size_advice", text)
+
+    # ----- resume -----------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "streaks": dict(self.streaks),
+            "ranges": {t: list(r) for t, r in self.ranges.items()},
+            "windows": {t: [list(x) for x in w] for t, w in self.windows.items()},
+            "group_size": self.group_size,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.streaks = {str(t): int(n) for t, n in state.get("streaks", {}).items()}
+        self.ranges = {str(t): [float(r[0]), float(r[1])] for t, r in state.get("ranges", {}).items()}
+        self.windows = {str(t): [[int(p), int(n)] for p, n in w] for t, w in state.get("windows", {}).items()}
+        self.group_size = int(state.get("group_size", 0))
