@@ -1,0 +1,123 @@
+"""Double think opens, prefills the template already makes, and ignored thinking flags, checked before step 0."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+from rl_guards.config import TemplateConfig
+from rl_guards.core.templates import RenderedPrompt, TemplateReport
+from rl_guards.core.think_markup import THINK, ThinkMarkup
+from rl_guards.errors import TemplateError
+from rl_guards.guards.base import Guard, Reporter
+
+logger = logging.getLogger("rl_guards")
+
+
+class DoubleThinkGuard(Guard):
+    """Renders the first ``template.num_prompts`` dataset prompts through the trainer's own ``_tokenize_prompts``
+    and a probe conversation with thinking on and off, then checks the think blocks of the generation prompts.
+
+    Violations (:class:`~rl_guards.errors.TemplateError`), messages show the rendered text with whitespace visible:
+
+    ================================  ============================================================================
+    kind                              meaning
+    ================================  ============================================================================
+    ``double_open``                   the prompt ends with two unclosed ``<think>`` (``<think>\\n<think>\\n``)
+    ``prefill_duplicates_template``   an unclosed ``<think>`` in an earlier, finished turn: an assistant prefill
+                                      message TRL closed as its own turn (it never passes continue_final_message)
+    ``thinking_flag_ignored``         ``enable_thinking=False`` still leaves the block open, or the trainer's
+                                      template drops the thinking switch the model's own template has
+    ``render_failed``                 dataset prompts do not render
+    ================================  ============================================================================
+
+    Info only: ``flag_no_effect`` (template has no switch), ``row_prefill`` (rows open a block the template does not).
+
+    ===================================  ===============================================================
+    key                                  value
+    ===================================  ===============================================================
+    ``rl_guards/template/findings``      blocking findings (error severity) at train start
+    ===================================  ===============================================================
+
+    :meth:`prompt_opened` tells other guards and the stray-think penalty whether generation starts inside a block.
+    """
+
+    name: ClassVar[str] = "template"
+    config_field: ClassVar[str] = "template"
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.config: TemplateConfig
+        self.report: TemplateReport | None = None
+
+    def _markup(self) -> ThinkMarkup | None:
+        """The configured think tags if they differ from the default; else guessed from the template."""
+        tags = getattr(self.guards_config, "think_tags", None)
+        if tags is None or (tags.open_tag, tags.close_tag) == (THINK.open_tag, THINK.close_tag):
+            return None
+        return ThinkMarkup(open_tag=tags.open_tag, close_tag=tags.close_tag, name="configured")
+
+    def _dataset_prompts(self) -> list[Any]:
+        ds = self.ctx.train_dataset
+        if ds is None:
+            return []
+        names = getattr(ds, "column_names", None)
+        if names is not None and "prompt" not in names:
+            return []
+        n = min(self.config.num_prompts, len(ds)) if hasattr(ds, "__len__") else self.config.num_prompts
+        prompts = []
+        for i, row in enumerate(ds):
+            if i >= n:
+                break
+            prompts.append(row["prompt"])
+        return prompts
+
+    def _render_rows(self, prompts: list[Any]) -> list[RenderedPrompt]:
+        from rl_guards.trl.template_check import render_generation_prompts, render_histories
+
+        ctx = self.ctx
+        if ctx.render_prompts is not None and ctx.decode is not None:
+            texts = [ctx.decode(ids) for ids in ctx.render_prompts(prompts)]
+        else:
+            texts = render_generation_prompts(ctx.tokenizer, prompts, ctx.chat_template_kwargs, ctx.chat_template)
+        histories = render_histories(ctx.tokenizer, prompts, ctx.chat_template_kwargs, ctx.chat_template)
+        return [RenderedPrompt(t, h, f"dataset row {i}") for i, (t, h) in enumerate(zip(texts, histories, strict=True))]
+
+    def check(self) -> TemplateReport:
+        """Render and analyse; no reporting."""
+        from rl_guards.trl.template_check import check_template
+
+        prompts = self._dataset_prompts()
+        rows = self._render_rows(prompts) if prompts else []
+        return check_template(
+            self.ctx.tokenizer,
+            chat_template_kwargs=self.ctx.chat_template_kwargs,
+            chat_template=self.ctx.chat_template,
+            markup=self._markup(),
+            rendered_rows=rows,
+        )
+
+    def on_train_begin(self, report: Reporter) -> None:
+        if self.ctx.tokenizer is None:
+            report.info("no_tokenizer", "no tokenizer in the run context: template not checked")
+            return
+        self.report = self.check()
+        errors = self.report.errors
+        report.metric("findings", float(len(errors)))
+        for f in self.report.findings:
+            if f.severity != "error":
+                report.info(f.kind, f"{f.where}: {f.message}")
+        for i, f in enumerate(errors):
+            others = [e.kind for e in errors[i + 1 :]]
+            also = f"\n(also blocking: {', '.join(others)})" if others and self.config.mode == "raise" else ""
+            report.violation(f.kind, f"{f.where}: {f.message}{also}", TemplateError)
+
+    def prompt_opened(self, thinking: bool) -> bool:
+        """Does the generation prompt leave a think block open in that mode (False when unknown)."""
+        if self.report is None and self.ctx.tokenizer is not None:
+            try:
+                self.report = self.check()
+            except Exception as exc:  # unknown is not an error
+                logger.warning("rl_guards/template: could not render the template: %s", exc)
+                return False
+        return self.report.prompt_opened(thinking) if self.report is not None else False
