@@ -382,3 +382,6 @@ def test_reward_sanity_guard_from_yaml(tmp_path: Path) -> None:
         run(RewardSanityGuard, [], config, RunContext(reward_funcs=[math_ok, lenient]), mode="raise")
     _, session = run(RewardSanityGuard, [], {}, RunContext(reward_funcs=[lenient]), mode="raise")
     assert session.findings == []  # no cases file: nothing to check
+    missing = {"reward_sanity": {"cases_file": str(tmp_path / "nope.yaml")}}
+    with pytest.raises(RewardSanityError, match=r"nope\.yaml"):
+        run(RewardSanityGuard, [], missing, RunContext(reward_funcs=[math_ok]), mode="raise")

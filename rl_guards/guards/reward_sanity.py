@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from rl_guards.config import RewardSanityConfig
-from rl_guards.errors import RewardSanityError
+from rl_guards.errors import ConfigError, RewardSanityError
 from rl_guards.guards.base import Guard, Reporter
 from rl_guards.rewards.sanity import check_reward_sanity, load_reward_cases, sanity_message
 
@@ -37,7 +37,15 @@ class RewardSanityGuard(Guard):
     def on_train_begin(self, report: Reporter) -> None:
         if not self.config.cases_file:
             return
-        cases = load_reward_cases(self.config.cases_file)
+        try:
+            cases = load_reward_cases(self.config.cases_file)
+        except (ConfigError, OSError, ValueError) as exc:  # a bad cases file is the user's to fix, not a guard bug
+            report.violation(
+                "cases_file",
+                f"reward_sanity.cases_file {self.config.cases_file!r} could not be read: {exc}",
+                RewardSanityError,
+            )
+            return
         result = check_reward_sanity(self.ctx.reward_funcs, cases, task_column=self.guards_config.tasks.task_column)
         report.metric("failures", float(len(result.failures) + len(result.unserved_tasks)))
         report.metric("checked", float(sum(r.status != "not_served" for r in result.results)))
