@@ -300,6 +300,12 @@ def test_eval_batches_do_not_touch_dead_group_state() -> None:
     assert session.metrics["rl_guards/task/echo/dead_group_share"] == [1.0] * 4
 
 
+def test_single_generation_batches_are_skipped() -> None:
+    single = make_batch(["echo", "echo"], [[1.0], [1.0]], names=["ok"], g=1, mode="eval")
+    guard, session = run(DeadGroupGuard, [single])
+    assert session.metrics == {} and guard.streaks == {}
+
+
 def test_group_size_advice_in_end_of_run_findings() -> None:
     guard, session = run(DeadGroupGuard, [_echo_all_pass(0)])
     guard.on_train_end(session.reporter(guard.name, guard.config, 1))

@@ -41,8 +41,9 @@ class DeadGroupGuard(Guard):
 
     Violation ``dead_task`` (:class:`~rl_guards.errors.DeadGradientError`) when a task had no live group for
     ``warn_after_steps`` consecutive train batches (batches without the task neither count nor reset); once per
-    streak. Eval batches are measured but do not touch the state. At the end of training one ``group_size_advice``
-    finding lists the advisor's verdict for every task. Streaks, ranges and recent pass rates survive a resume.
+    streak. Eval batches are measured but do not touch the state; batches with one generation per prompt are
+    skipped. At the end of training one ``group_size_advice`` finding lists the advisor's verdict for every
+    task. Streaks, ranges and recent pass rates survive a resume.
     """
 
     name: ClassVar[str] = "dead_groups"
@@ -64,6 +65,8 @@ class DeadGroupGuard(Guard):
         return sum(p for p, _ in window) / rows if rows else None
 
     def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
+        if batch.num_generations < 2:  # e.g. eval with one generation per prompt: no groups to speak of
+            return
         train = batch.mode == "train"
         totals = trl_totals(batch)
         ranges = self.ranges if train else copy.deepcopy(self.ranges)
