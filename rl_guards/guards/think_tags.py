@@ -1,0 +1,218 @@
+"""Think-markup anomalies in every completion, per anomaly kind and per task."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, ClassVar
+
+from rl_guards.config import ThinkTagsConfig
+from rl_guards.core.batch import RolloutBatch
+from rl_guards.core.think_markup import (
+    ALL_CODES,
+    THINK,
+    MarkupVerdict,
+    ThinkMarkup,
+    anomalies_for_mode,
+    markup_for_template,
+    prompt_opens_block,
+    scan,
+)
+from rl_guards.errors import ThinkMarkupError
+from rl_guards.guards.base import Guard, Reporter, RunContext
+
+EXAMPLE_CHARS = 240  # characters kept at each end of an example completion in a message (display only)
+
+_HINTS = {
+    "tag_in_nonthinking": (
+        "non-thinking rows emit think tags: add rl_guards.rewards.stray_think.StrayThinkPenalty to reward_funcs"
+    ),
+    "double_open": "the template already prefills the open tag and the model writes another: drop one of them",
+    "unclosed_open": "blocks never close: check truncation (max_completion_length) and the template's prefill",
+    "stray_close": "close tags without an open: the prompt may prefill the open tag (prompt_opened) unnoticed",
+    "partial_tag": "near-miss tags (<THINK>, < think>, <thinking>, cut tags): the format is drifting",
+}
+
+
+def tag_token_ids(tokenizer: Any, markup: ThinkMarkup) -> tuple[int | None, int | None]:
+    """``(open_id, close_id)`` when each tag is exactly one token of ``tokenizer``, else ``(None, None)``."""
+    tok = getattr(tokenizer, "tokenizer", tokenizer)  # processors wrap the tokenizer
+    if tok is None or not hasattr(tok, "encode"):
+        return None, None
+    ids: list[int | None] = []
+    for tag in (markup.open_tag, markup.close_tag):
+        try:
+            encoded = list(tok.encode(tag, add_special_tokens=False))
+        except Exception:
+            encoded = []
+        ids.append(int(encoded[0]) if len(encoded) == 1 else None)
+    if ids[0] is None or ids[1] is None or ids[0] == ids[1]:
+        return None, None
+    return ids[0], ids[1]
+
+
+def tags_are_special(tokenizer: Any, markup: ThinkMarkup) -> bool:
+    """True when ``skip_special_tokens`` decoding (TRL's completions) removes the tags from the text."""
+    tok = getattr(tokenizer, "tokenizer", tokenizer)
+    try:
+        special = set(getattr(tok, "all_special_tokens", None) or ())
+    except Exception:
+        return False
+    return any(token and token in tag for token in special for tag in (markup.open_tag, markup.close_tag))
+
+
+def markup_from_config(config: ThinkTagsConfig, chat_template: str | None) -> ThinkMarkup:
+    """The config's tags; with the default ``<think>``/``</think>``, the family guessed from the template."""
+    if (config.open_tag, config.close_tag) == (THINK.open_tag, THINK.close_tag):
+        return markup_for_template(chat_template)
+    return ThinkMarkup(open_tag=config.open_tag, close_tag=config.close_tag, name="custom")
+
+
+def display_text(text: str, chars: int = EXAMPLE_CHARS) -> str:
+    """``repr`` of a text cut in the middle for a message (display only: scanning always sees the whole text)."""
+    if len(text) <= 2 * chars:
+        return repr(text)
+    return f"{text[:chars]!r} … [{len(text) - 2 * chars} chars not shown] … {text[-chars:]!r}"
+
+
+class ThinkTagsMonitor(Guard):
+    """Scans every completion's think markup with :func:`~rl_guards.core.think_markup.scan`.
+
+    Each row is scanned in its own mode (``batch.thinking[i]``, else ``chat_template_kwargs["enable_thinking"]``,
+    else thinking) and with its prompt-opened flag (``batch.prompt_opened[i]``, else read from the tail of the
+    prompt ids). Non-thinking rows count any tag as wrong; thinking rows only malformed markup. Tags are also
+    counted on token ids when each tag is one token (TRL's tool parsing can move thinking out of the text).
+
+    ===============================================  ==============================================================
+    key                                              value
+    ===============================================  ==============================================================
+    ``rl_guards/think_tags/anomalous_rate``          share of rows whose markup is wrong for their mode
+    ``rl_guards/think_tags/rate/<code>``             share of rows with that code, for every code in ``ALL_CODES``
+    ``rl_guards/think_tags/thinking_share``          share of rows in thinking mode (the thinking/non-thinking mix)
+    ``rl_guards/think_tags/no_block_rate``           share of thinking rows with no think block at all
+    ``rl_guards/task/<task>/think/anomalous_rate``   the same per task
+    ``rl_guards/task/<task>/think/<code>_rate``      per task, only for codes present in the batch
+    ``rl_guards/task/<task>/think/thinking_share``   per task thinking/non-thinking mix
+    ===============================================  ==============================================================
+
+    Violation ``anomaly_rate`` (:class:`~rl_guards.errors.ThinkMarkupError`) when ``anomalous_rate`` exceeds
+    ``think_tags.max_anomaly_rate``; the message shows up to two offending completions, cut for display only.
+    """
+
+    name: ClassVar[str] = "think_tags"
+    config_field: ClassVar[str] = "think_tags"
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.config: ThinkTagsConfig
+        self.markup: ThinkMarkup = markup_from_config(self.config, None)
+        self.open_id: int | None = None
+        self.close_id: int | None = None
+        self.decode_specials = False  # scan text decoded with special tokens kept (tags are special tokens)
+
+    def setup(self, ctx: RunContext) -> None:
+        super().setup(ctx)
+        self.markup = markup_from_config(self.config, ctx.chat_template)
+        self.open_id, self.close_id = tag_token_ids(ctx.tokenizer, self.markup)
+        self.decode_specials = tags_are_special(ctx.tokenizer, self.markup)
+
+    def _default_thinking(self) -> bool:
+        value = self.ctx.chat_template_kwargs.get("enable_thinking", True)
+        return True if value is None else bool(value)
+
+    def _prompt_opened(self, batch: RolloutBatch, row: int, cache: dict[tuple[int, ...], bool]) -> bool:
+        if len(batch.prompt_opened) == len(batch):
+            return bool(batch.prompt_opened[row])
+        decode = batch.decode or self.ctx.decode
+        ids = batch.prompt_ids[row] if row < len(batch.prompt_ids) else []
+        if decode is None or not ids:
+            return False
+        tail = tuple(ids[-32:])
+        if tail not in cache:
+            cache[tail] = prompt_opens_block(decode(list(tail)), self.markup)
+        return cache[tail]
+
+    def _text(self, batch: RolloutBatch, row: int) -> str:
+        decode = batch.decode or self.ctx.decode
+        if self.decode_specials and decode is not None and batch.completion_ids[row]:
+            return str(decode(list(batch.completion_ids[row])))
+        text = batch.completions[row]
+        return text if isinstance(text, str) else str(text)
+
+    def scan_row(self, batch: RolloutBatch, row: int, cache: dict[tuple[int, ...], bool]) -> tuple[MarkupVerdict, bool]:
+        """The row's verdict and its thinking mode."""
+        thinking = batch.thinking[row]
+        mode = self._default_thinking() if thinking is None else bool(thinking)
+        verdict = scan(
+            self._text(batch, row),
+            self.markup,
+            prompt_opened=self._prompt_opened(batch, row, cache),
+            token_ids=batch.completion_ids[row],
+            open_id=self.open_id,
+            close_id=self.close_id,
+        )
+        return verdict, mode
+
+    def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
+        n = len(batch)
+        if n == 0:
+            return
+        cache: dict[tuple[int, ...], bool] = {}
+        code_rows: Counter[str] = Counter()
+        wrong_rows: list[tuple[int, tuple[str, ...], MarkupVerdict, bool]] = []
+        per_task: dict[str, dict[str, Any]] = {}
+        thinking_rows = no_block = 0
+        for row in range(n):
+            verdict, thinking = self.scan_row(batch, row, cache)
+            wrong = anomalies_for_mode(verdict, thinking)
+            codes = set(verdict.anomalies) | set(wrong)
+            code_rows.update(codes)
+            if wrong:
+                wrong_rows.append((row, wrong, verdict, thinking))
+            if thinking:
+                thinking_rows += 1
+                no_block += verdict.kind == "answer" and not verdict.has_tags
+            task = per_task.setdefault(batch.tasks[row], {"rows": 0, "wrong": 0, "thinking": 0, "codes": Counter()})
+            task["rows"] += 1
+            task["wrong"] += bool(wrong)
+            task["thinking"] += thinking
+            task["codes"].update(codes)
+
+        rate = len(wrong_rows) / n
+        report.metric("anomalous_rate", rate)
+        for code in ALL_CODES:
+            report.metric(f"rate/{code}", code_rows[code] / n)
+        report.metric("thinking_share", thinking_rows / n)
+        if thinking_rows:
+            report.metric("no_block_rate", no_block / thinking_rows)
+        for task, t in sorted(per_task.items()):
+            report.task_metric(task, "think/anomalous_rate", t["wrong"] / t["rows"])
+            report.task_metric(task, "think/thinking_share", t["thinking"] / t["rows"])
+            for code, count in sorted(t["codes"].items()):
+                report.task_metric(task, f"think/{code}_rate", count / t["rows"])
+
+        if rate > self.config.max_anomaly_rate:
+            report.violation("anomaly_rate", self._message(batch, rate, wrong_rows, code_rows), ThinkMarkupError)
+
+    def _message(
+        self,
+        batch: RolloutBatch,
+        rate: float,
+        wrong_rows: list[tuple[int, tuple[str, ...], MarkupVerdict, bool]],
+        code_rows: Counter[str],
+    ) -> str:
+        n = len(batch)
+        markup = self.markup
+        lines = [
+            f"{len(wrong_rows)}/{n} completions ({rate:.0%}) have think markup that is wrong for their mode, above "
+            f"think_tags.max_anomaly_rate={self.config.max_anomaly_rate:g} at step {batch.step} ({batch.mode}; "
+            f"tags {markup.open_tag!r}/{markup.close_tag!r}).",
+            "  by code: " + ", ".join(f"{c}={code_rows[c]}" for c in ALL_CODES if code_rows[c]),
+        ]
+        for row, wrong, verdict, thinking in wrong_rows[:2]:
+            mode = "thinking" if thinking else "non-thinking"
+            opened = ", prompt opened the block" if verdict.prompt_opened else ""
+            lines.append(f"  row {row} (task {batch.tasks[row]!r}, {mode}{opened}): {', '.join(wrong)}")
+            lines.append(f"    completion (cut for display only): {display_text(self._text(batch, row))}")
+        hints = [_HINTS[c] for c in sorted({c for _, w, _, _ in wrong_rows for c in w}) if c in _HINTS]
+        lines.append("Fix: " + ("; ".join(hints) if hints else "read these completions; the format is drifting") + ".")
+        return "\n".join(lines)

@@ -1,0 +1,284 @@
+"""ThinkTagsMonitor on hand-built batches (table), with a real tokenizer, and on a real GRPOTrainer."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import pytest
+
+from rl_guards.config import GuardsConfig
+from rl_guards.core.batch import RolloutBatch
+from rl_guards.core.think_markup import ALL_CODES, GEMMA4, GPTOSS, THINK
+from rl_guards.errors import ThinkMarkupError
+from rl_guards.guards.base import GuardSession, RLGuardsWarning, RunContext
+from rl_guards.guards.think_tags import ThinkTagsMonitor, display_text, markup_from_config, tag_token_ids
+
+OK = "<think>reason</think>\n\n4"
+PLAIN = "4"
+
+
+def make_batch(rows: list[tuple[str, bool | None, bool, str]], **extra: Any) -> RolloutBatch:
+    """rows: (completion, thinking, prompt_opened, task)."""
+    n = len(rows)
+    fields: dict[str, Any] = {
+        "step": 3,
+        "mode": "train",
+        "num_generations": 1,
+        "reward_names": ["r"],
+        "reward_weights": [1.0],
+        "rewards": [[0.0]] * n,
+        "advantages": [0.0] * n,
+        "tasks": [r[3] for r in rows],
+        "completions": [r[0] for r in rows],
+        "completion_ids": [[] for _ in rows],
+        "prompt_ids": [[] for _ in rows],
+        "truncated": [False] * n,
+        "thinking": [r[1] for r in rows],
+        "prompt_opened": [r[2] for r in rows],
+    }
+    fields.update(extra)
+    return RolloutBatch(**fields)
+
+
+def run_guard(batch: RolloutBatch, config: GuardsConfig | None = None, ctx: RunContext | None = None):
+    config = config or GuardsConfig.from_dict({"think_tags": {"mode": "log"}})
+    guard = ThinkTagsMonitor(config)
+    guard.setup(ctx or RunContext())
+    session = GuardSession()
+    guard.on_batch(batch, session.reporter(guard.name, guard.config, batch.step))
+    metrics = {k: v[-1] for k, v in session.pop_metrics().items()}
+    return metrics, session
+
+
+def m(name: str) -> str:
+    return f"rl_guards/think_tags/{name}"
+
+
+def t(task: str, name: str) -> str:
+    return f"rl_guards/task/{task}/think/{name}"
+
+
+# (id, rows, expected metrics (subset), absent metric keys)
+CASES = [
+    (
+        "all_clean",
+        [(OK, True, False, "a"), (PLAIN, False, False, "a"), (OK, True, False, "b"), (PLAIN, False, False, "b")],
+        {m("anomalous_rate"): 0.0, m("thinking_share"): 0.5, t("a", "anomalous_rate"): 0.0, m("no_block_rate"): 0.0},
+        [t("a", "tag_in_nonthinking_rate")],
+    ),
+    (
+        "tags_in_nonthinking",
+        [(OK, False, False, "a"), (PLAIN, False, False, "a"), (OK, True, False, "b"), (OK, True, False, "b")],
+        {
+            m("anomalous_rate"): 0.25,
+            m("rate/tag_in_nonthinking"): 0.25,
+            m("thinking_share"): 0.5,
+            t("a", "anomalous_rate"): 0.5,
+            t("a", "tag_in_nonthinking_rate"): 0.5,
+            t("a", "thinking_share"): 0.0,
+            t("b", "thinking_share"): 1.0,
+            t("b", "anomalous_rate"): 0.0,
+        },
+        [t("b", "tag_in_nonthinking_rate")],
+    ),
+    (
+        "malformed_thinking",
+        [("<think>a", True, False, "a"), ("a</think>b</think>c", True, True, "a"), (OK, True, False, "a")],
+        {
+            m("anomalous_rate"): 2 / 3,
+            m("rate/unclosed_open"): 1 / 3,
+            m("rate/stray_close"): 1 / 3,
+            m("rate/tag_in_answer"): 1 / 3,
+            m("rate/tag_in_nonthinking"): 0.0,
+            t("a", "unclosed_open_rate"): 1 / 3,
+        },
+        [],
+    ),
+    (
+        "double_open_prompt_opened",
+        [("<think>r</think>x", True, True, "a"), ("r</think>x", True, True, "a")],
+        {m("anomalous_rate"): 0.5, m("rate/double_open"): 0.5},
+        [],
+    ),
+    (
+        "thinking_without_block_is_not_anomalous",
+        [(PLAIN, True, False, "a"), (OK, True, False, "a")],
+        {m("anomalous_rate"): 0.0, m("no_block_rate"): 0.5},
+        [],
+    ),
+    (
+        "empty_thinking_informational",
+        [("<think></think>4", True, False, "a")],
+        {m("anomalous_rate"): 0.0, m("rate/empty_thinking"): 1.0, t("a", "empty_thinking_rate"): 1.0},
+        [],
+    ),
+    (
+        "no_thinking_rows",
+        [(PLAIN, False, False, "a")],
+        {m("anomalous_rate"): 0.0, m("thinking_share"): 0.0},
+        [m("no_block_rate")],
+    ),
+    (
+        "partial_in_nonthinking",
+        [("4 <thi", False, False, "a")],
+        {m("rate/partial_tag"): 1.0, m("rate/tag_in_nonthinking"): 1.0, m("anomalous_rate"): 1.0},
+        [],
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_metrics_table(case: tuple) -> None:
+    _, rows, expected, absent = case
+    metrics, _ = run_guard(make_batch(rows))
+    for key, value in expected.items():
+        assert math.isclose(metrics[key], value), (key, metrics.get(key))
+    for key in absent:
+        assert key not in metrics
+    for code in ALL_CODES:  # a fixed batch-level key set, so W&B curves do not have holes
+        assert m(f"rate/{code}") in metrics
+
+
+def test_thinking_none_uses_chat_template_kwargs() -> None:
+    batch = make_batch([(OK, None, False, "a")])
+    metrics, _ = run_guard(batch, ctx=RunContext(chat_template_kwargs={"enable_thinking": False}))
+    assert metrics[m("anomalous_rate")] == 1.0 and metrics[m("thinking_share")] == 0.0
+    metrics, _ = run_guard(batch, ctx=RunContext(chat_template_kwargs={}))
+    assert metrics[m("anomalous_rate")] == 0.0 and metrics[m("thinking_share")] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("mode", "outcome"), [("raise", "raises"), ("warn", "warns"), ("log", "silent")], ids=["raise", "warn", "log"]
+)
+def test_violation_modes(mode: str, outcome: str) -> None:
+    config = GuardsConfig.from_dict({"think_tags": {"mode": mode, "max_anomaly_rate": 0.25}})
+    long_thinking = "<think>" + "step " * 400 + "</think>x</think>y"
+    batch = make_batch([(long_thinking, True, False, "math"), (OK, False, False, "chat"), (OK, True, False, "math")])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if outcome == "raises":
+            with pytest.raises(ThinkMarkupError) as info:
+                run_guard(batch, config)
+            message = str(info.value)
+        else:
+            _, session = run_guard(batch, config)
+            message = session.findings[-1].message
+            assert session.counts[("think_tags", "anomaly_rate")] == 1
+    ours = [w for w in caught if issubclass(w.category, RLGuardsWarning)]
+    assert len(ours) == (1 if outcome == "warns" else 0)
+    assert "2/3 completions" in message and "max_anomaly_rate=0.25" in message
+    assert "row 0 (task 'math', thinking)" in message and "stray_close, tag_in_answer" in message
+    assert "row 1 (task 'chat', non-thinking)" in message and "tag_in_nonthinking" in message
+    assert "cut for display only" in message and "chars not shown" in message
+    assert "StrayThinkPenalty" in message  # the fix for tags in non-thinking rows
+
+
+def test_below_threshold_no_violation() -> None:
+    config = GuardsConfig.from_dict({"think_tags": {"mode": "raise", "max_anomaly_rate": 0.5}})
+    metrics, session = run_guard(make_batch([("<think>a", True, False, "a"), (OK, True, False, "a")]), config)
+    assert metrics[m("anomalous_rate")] == 0.5 and not session.findings
+
+
+def test_display_text() -> None:
+    assert display_text("short") == "'short'"
+    shown = display_text("a" * 1000, chars=10)
+    assert shown.startswith("'aaaaaaaaaa'") and "[980 chars not shown]" in shown
+
+
+def test_markup_from_config() -> None:
+    cfg = GuardsConfig().think_tags
+    assert markup_from_config(cfg, None) is THINK
+    assert markup_from_config(cfg, "{{ '<|channel>thought' }}{{ '<channel|>' }}") is GEMMA4
+    assert markup_from_config(cfg, "{{ '<|channel|>analysis<|message|>' }}") is GPTOSS
+    custom = GuardsConfig.from_dict({"think_tags": {"open_tag": "<reasoning>", "close_tag": "</reasoning>"}})
+    markup = markup_from_config(custom.think_tags, "{{ '<|channel|>analysis' }}")
+    assert (markup.open_tag, markup.close_tag) == ("<reasoning>", "</reasoning>")
+
+
+# ----- with the real Qwen-vocabulary tokenizer -----------------------------------------------------------------
+testing = pytest.importorskip("rl_guards.testing")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return testing.build_tokenizer(vocab_size=2048, chat_template="qwen3_5_think")
+
+
+def _ctx(tokenizer: Any, **kwargs: Any) -> RunContext:
+    return RunContext(
+        tokenizer=tokenizer,
+        chat_template=tokenizer.chat_template,
+        decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=False),
+        **kwargs,
+    )
+
+
+def test_tag_token_ids(tokenizer: Any) -> None:
+    assert tag_token_ids(tokenizer, THINK) == (
+        tokenizer.convert_tokens_to_ids("<think>"),
+        tokenizer.convert_tokens_to_ids("</think>"),
+    )
+    assert tag_token_ids(tokenizer, GPTOSS) == (None, None)  # multi-token tags
+    assert tag_token_ids(None, THINK) == (None, None)
+
+
+def test_prompt_opened_read_from_prompt_ids(tokenizer: Any) -> None:
+    """Without batch.prompt_opened, the guard decodes the prompt tail: qwen3_5_think prefills <think>."""
+    rows, prompts, thinking = [], [], []
+    for enable in (True, False):
+        prompt = tokenizer.apply_chat_template(
+            [{"role": "user", "content": "2+2?"}], tokenize=False, add_generation_prompt=True, enable_thinking=enable
+        )
+        prompts.append(tokenizer.encode(prompt, add_special_tokens=False))
+        thinking.append(enable)
+    # The model writes its own <think> although the prompt opened one: double open in thinking mode.
+    completions = ["<think>r</think>4", "4"]
+    ids = [tokenizer.encode(c, add_special_tokens=False) for c in completions]
+    for i, c in enumerate(completions):
+        rows.append((c, thinking[i], False, "a"))
+    batch = make_batch(rows, prompt_ids=prompts, completion_ids=ids, prompt_opened=[])
+    metrics, _ = run_guard(batch, ctx=_ctx(tokenizer))
+    assert metrics[m("rate/double_open")] == 0.5
+    assert metrics[m("anomalous_rate")] == 0.5
+
+
+def test_ids_show_thinking_the_text_lost(tokenizer: Any) -> None:
+    """TRL's tool parsing moves thinking out of the text: the ids still carry the tags."""
+    full = "<think>r</think>4"
+    ids = tokenizer.encode(full, add_special_tokens=False)
+    batch = make_batch([("4", False, False, "a"), ("4", True, False, "a")], completion_ids=[ids, ids])
+    metrics, _ = run_guard(batch, ctx=_ctx(tokenizer))
+    assert metrics[m("rate/ids_text_mismatch")] == 1.0
+    assert metrics[m("rate/tag_in_nonthinking")] == 0.5  # the non-thinking row thought, per its ids
+    assert metrics[m("anomalous_rate")] == 0.5
+
+
+# ----- on a real GRPOTrainer -------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_monitor_on_real_grpo_run(tmp_path: Any) -> None:
+    from trl import GRPOTrainer
+
+    import rl_guards
+
+    tiny = testing.tiny_setup()
+    trainer = GRPOTrainer(
+        model=tiny.model_dir,
+        processing_class=tiny.tokenizer,
+        reward_funcs=[testing.arith_correct, testing.echo_match],
+        args=testing.tiny_grpo_config(tmp_path / "out", max_steps=2),
+        train_dataset=testing.make_dataset(thinking="mixed"),
+    )
+    config = GuardsConfig.from_dict({"think_tags": {"mode": "log"}})
+    run = rl_guards.install(trainer, config, guards=[ThinkTagsMonitor])
+    trainer.train()
+    keys = {k for row in trainer.state.log_history for k in row}
+    for key in ("anomalous_rate", "thinking_share", "rate/unclosed_open"):
+        assert m(key) in keys, sorted(keys)
+    assert {t("arith", "thinking_share"), t("echo", "anomalous_rate")} <= keys
+    shares = [row[m("thinking_share")] for row in trainer.state.log_history if m("thinking_share") in row]
+    batch = run.last_batch  # the enable_thinking column of the last batch, as the hook read it
+    assert batch is not None and None not in batch.thinking
+    assert math.isclose(shares[-1], sum(batch.thinking) / len(batch))
+    assert run.guard("think_tags").open_id == tiny.tokenizer.convert_tokens_to_ids("<think>")
