@@ -21,7 +21,7 @@ class RoutingGuard(Guard):
     """Checks each batch against the declared task -> reward function routes (default mode: raise).
 
     Routes come from ``routing.routes`` (task -> function names) when set, else from wrappers made by
-    :func:`rl_guards.rewards.route` among the trainer's reward functions. Functions in no route are global and
+    :func:`rl_guards.rewards.routing.route` among the trainer's reward functions. Functions in no route are global and
     unchecked. With no routes at all, only rows that every function skipped are caught.
 
     Violations (:class:`~rl_guards.errors.RoutingError`):
@@ -88,7 +88,7 @@ class RoutingGuard(Guard):
                 "no_routes",
                 f"{len(result.rows_per_task)} tasks ({', '.join(sorted(result.rows_per_task))}) but no routes "
                 "declared: only rows that every reward function skipped are checked. Declare routes with "
-                "routing.routes or rl_guards.rewards.route() to check which function scores which task.",
+                "routing.routes or rl_guards.rewards.routing.route() to check which function scores which task.",
             )
         if result.unscored or result.all_skipped:
             report.violation("unscored_rows", self._unscored_message(batch, result), RoutingError)
@@ -144,7 +144,7 @@ class RoutingGuard(Guard):
             f"those rows get another task's reward.\n{self._table_text(rows)}"
             f"{self._example(batch, result, 'misrouted', first_task)}\nDeclared routes: {serves}\n"
             "Fix: return None for rows whose task the function does not serve (or wrap the functions with "
-            "rl_guards.rewards.route({task: [functions]}) so they only see their own rows)."
+            "rl_guards.rewards.routing.route({task: [functions]}) so they only see their own rows)."
         )
 
     def _unrouted_message(self, batch: RolloutBatch, result: RoutingReport, table: RoutingTable | None) -> str:
