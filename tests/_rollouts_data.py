@@ -56,8 +56,10 @@ def make_batch(
     *,
     marker: str = "",
     mode: str = "train",
+    scores: list[float] | None = None,
 ) -> RolloutBatch:
-    """One batch; ``marker`` is appended to every completion so tests can tell two runs apart."""
+    """One batch; ``marker`` is appended to every completion so tests can tell two runs apart. Each row is
+    scored by its task's function only: 1.0 for the first completion of a group, else 0.0, unless ``scores``."""
     tok = tokenizer()
     groups = groups or GROUPS
     num_generations = len(groups[0][2])
@@ -68,7 +70,7 @@ def make_batch(
             truncated = completion.endswith("|TRUNC")
             text = completion.removesuffix("|TRUNC") + marker
             ids = tok.encode(text, add_special_tokens=False) + ([] if truncated else [eos])
-            correct = 1.0 if k == 0 else 0.0
+            correct = scores[len(rows["tasks"])] if scores is not None else (1.0 if k == 0 else 0.0)
             rows["tasks"].append(task)
             rows["completions"].append(text)
             rows["ids"].append(ids)

@@ -1,0 +1,31 @@
+"""``rl-guards report RUN_DIR [-o report.html]``: one self-contained HTML page of a run's curves and rollouts."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from rl_guards.rollouts.report import write_report
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="write an HTML report (curves per task, rollouts at each checkpoint)",
+        description="Write one self-contained HTML page (inline CSS/SVG, no scripts) from a run's rollout dumps "
+        "and its trainer_state.json.",
+    )
+    parser.add_argument("run_dir", help="trainer output_dir")
+    parser.add_argument("-o", "--output", default=None, help="HTML file (default RUN_DIR/rl_guards_report.html)")
+    parser.set_defaults(func=cmd_report)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    if not Path(args.run_dir).is_dir():
+        print(f"rl-guards report: {args.run_dir} is not a folder", file=sys.stderr)
+        return 2
+    path = write_report(args.run_dir, args.output)
+    print(f"wrote {path}")
+    return 0

@@ -1,0 +1,383 @@
+"""One self-contained HTML page per run: reward, dead-group and truncation curves per task, and sampled rollouts
+at each checkpoint side by side per prompt, so a person sees behaviour change while the reward goes up.
+
+Sources: the rollout dumps (:class:`~rl_guards.rollouts.reader.RolloutStore`) and the newest
+``trainer_state.json`` under the run folder (its ``log_history`` keys ``rl_guards/task/<task>/reward_mean``,
+``.../dead_share``, ``.../truncated_rate`` and TRL's ``reward``, when present). Inline CSS and SVG only: no
+script, no network; every text from the run is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rl_guards.rollouts.reader import RolloutStore, has_anomaly
+from rl_guards.rollouts.render import flags, fmt_number, tail, visible_whitespace
+
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f")
+MAX_COLUMNS = 6  # dumps shown side by side
+PROMPTS_PER_TASK = 3  # prompts per task in the side-by-side section
+COMPLETIONS_PER_CELL = 2
+CELL_CHARS = 1500  # completion characters per cell (the dump keeps everything)
+TASK_KEY = re.compile(r"^rl_guards/task/(?P<task>[^/]+)/(?P<metric>reward_mean|dead_share|truncated_rate)$")
+SPECIAL_TOKEN = re.compile(r"(&lt;\|[^|<>]{1,40}\|&gt;|&lt;/?think&gt;)")
+
+Series = dict[str, list[tuple[float, float]]]
+
+
+@dataclass
+class RunData:
+    """What the report shows, gathered from the dumps and the trainer state."""
+
+    run_dir: Path
+    dump_curves: dict[str, Series] = field(default_factory=dict)  # metric -> task -> [(step, value)]
+    log_curves: dict[str, Series] = field(default_factory=dict)  # metric -> task -> [(step, value)]
+    trainer_state: Path | None = None
+    index: list[dict[str, Any]] = field(default_factory=list)
+    columns: list[tuple[str, list[dict[str, Any]]]] = field(default_factory=list)  # (title, rows) per dump shown
+
+
+def find_trainer_state(run_dir: str | os.PathLike[str]) -> Path | None:
+    """The newest ``trainer_state.json`` under ``run_dir`` (also in ``checkpoint-*/``): highest global step, then
+    newest file."""
+    best: tuple[int, float] | None = None
+    found = None
+    for path in Path(run_dir).rglob("trainer_state.json"):
+        try:
+            step = int(json.loads(path.read_text(encoding="utf-8")).get("global_step", 0))
+        except (OSError, ValueError):
+            continue
+        key = (step, path.stat().st_mtime)
+        if best is None or key > best:
+            best, found = key, path
+    return found
+
+
+def log_history_curves(state_path: Path) -> dict[str, Series]:
+    """metric -> task -> [(step, value)] from ``log_history``; TRL's overall ``reward`` as task ``(all)``."""
+    history = json.loads(state_path.read_text(encoding="utf-8")).get("log_history", [])
+    curves: dict[str, Series] = {}
+    for entry in history:
+        step = entry.get("step")
+        if step is None:
+            continue
+        for key, value in entry.items():
+            if not isinstance(value, int | float) or isinstance(value, bool) or math.isnan(value):
+                continue
+            match = TASK_KEY.match(key)
+            if match:
+                metric, task = match.group("metric"), match.group("task")
+            elif key == "reward":
+                metric, task = "reward_mean", "(all, TRL)"
+            else:
+                continue
+            curves.setdefault(metric, {}).setdefault(task, []).append((float(step), float(value)))
+    return curves
+
+
+def dump_stats(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per task: reward_mean (scored rows), dead_share (groups whose rewards are all equal), truncated_rate,
+    anomaly_rate."""
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_task.setdefault(row["task"], []).append(row)
+    out: dict[str, dict[str, float]] = {}
+    for task, task_rows in by_task.items():
+        stats: dict[str, float] = {}
+        rewards = [r["reward"] for r in task_rows if r.get("reward") is not None]
+        if rewards:
+            stats["reward_mean"] = sum(rewards) / len(rewards)
+        groups: dict[int, list[float]] = {}
+        for r in task_rows:
+            if r.get("reward") is not None:
+                groups.setdefault(int(r["group"]), []).append(float(r["reward"]))
+        full = [g for g in groups.values() if len(g) > 1]
+        if full:
+            stats["dead_share"] = sum(1 for g in full if max(g) - min(g) < 1e-9) / len(full)
+        stats["truncated_rate"] = sum(1 for r in task_rows if r.get("truncated")) / len(task_rows)
+        stats["anomaly_rate"] = sum(1 for r in task_rows if has_anomaly(r)) / len(task_rows)
+        out[task] = stats
+    return out
+
+
+def collect(run_dir: str | os.PathLike[str]) -> RunData:
+    """Read everything the report needs."""
+    data = RunData(run_dir=Path(run_dir))
+    data.trainer_state = find_trainer_state(run_dir)
+    if data.trainer_state is not None:
+        try:
+            data.log_curves = log_history_curves(data.trainer_state)
+        except (OSError, ValueError):
+            data.log_curves = {}
+    try:
+        store: RolloutStore | None = RolloutStore(run_dir)
+    except FileNotFoundError:
+        store = None
+    if store is None:
+        return data
+    data.index = store.index()
+    loaded: dict[int, list[dict[str, Any]]] = {}
+    for entry in data.index:
+        rows = store.load(entry["step"])
+        for task, stats in dump_stats(rows).items():
+            for metric, value in stats.items():
+                data.dump_curves.setdefault(metric, {}).setdefault(task, []).append((float(entry["step"]), value))
+        loaded[entry["step"]] = rows
+    shown = [e for e in data.index if e.get("checkpoint") is not None] or data.index
+    shown = _spread(shown, MAX_COLUMNS)
+    for entry in shown:
+        title = f"step {entry['step']}"
+        if entry.get("checkpoint") is not None:
+            title = f"checkpoint-{entry['checkpoint']} (step {entry['step']})"
+        data.columns.append((title, loaded[entry["step"]]))
+    return data
+
+
+def _spread(items: list[Any], k: int) -> list[Any]:
+    """At most ``k`` items, evenly spaced, first and last included."""
+    if len(items) <= k:
+        return items
+    picks = sorted({round(i * (len(items) - 1) / (k - 1)) for i in range(k)})
+    return [items[i] for i in picks]
+
+
+# ----- SVG ---------------------------------------------------------------------------------------------------
+def _nice_ticks(lo: float, hi: float, count: int = 5, *, integer: bool = False) -> list[float]:
+    if hi - lo < 1e-12:
+        lo, hi = lo - 0.5, hi + 0.5
+    raw = (hi - lo) / count
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    if integer:
+        step = max(1.0, round(step))
+    start = math.floor(lo / step) * step
+    ticks = []
+    value = start
+    while value <= hi + step * 1e-6:
+        ticks.append(round(value, 10))
+        value += step
+    return ticks
+
+
+def svg_line_chart(series: Series, title: str, width: int = 520, height: int = 260, *, share: bool = False) -> str:
+    """An inline SVG line chart (one polyline and marker set per series, legend on the right). ``share``: the
+    values are fractions, so the y axis starts at 0."""
+    esc = html.escape
+    points = [p for values in series.values() for p in values]
+    if not points:
+        return f'<div class="empty">{esc(title)}: no data</div>'
+    left, right, top, bottom = 52, 150, 28, 36
+    plot_w, plot_h = width - left - right, height - top - bottom
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    x_lo, x_hi = min(xs), max(xs)
+    if x_hi - x_lo < 1e-12:
+        x_lo, x_hi = x_lo - 1, x_hi + 1
+    y_min, y_max = min(ys), max(ys)
+    if share:
+        y_min, y_max = 0.0, max(y_max, 0.05)
+    y_ticks = _nice_ticks(y_min, y_max)
+    y_lo, y_hi = y_ticks[0], y_ticks[-1]
+    if y_hi - y_lo < 1e-12:
+        y_hi = y_lo + 1
+
+    def sx(x: float) -> float:
+        return left + (x - x_lo) / (x_hi - x_lo) * plot_w
+
+    def sy(y: float) -> float:
+        return top + plot_h - (y - y_lo) / (y_hi - y_lo) * plot_h
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}"'
+        f' role="img" aria-label="{esc(title)}">',
+        f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
+        f'<text x="{left}" y="16" class="ct">{esc(title)}</text>',
+    ]
+    for t in y_ticks:
+        y = sy(t)
+        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}" stroke="#e5e5e5"/>')
+        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" class="tk">{t + 0.0:g}</text>')
+    for t in _nice_ticks(x_lo, x_hi, 6, integer=True):
+        if x_lo - 1e-9 <= t <= x_hi + 1e-9:
+            x = sx(t)
+            parts.append(f'<line x1="{x:.1f}" y1="{top + plot_h}" x2="{x:.1f}" y2="{top + plot_h + 4}" stroke="#555"/>')
+            parts.append(f'<text x="{x:.1f}" y="{top + plot_h + 16}" text-anchor="middle" class="tk">{t:g}</text>')
+    parts.append(
+        f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#888"/>'
+        f'<text x="{left + plot_w / 2}" y="{height - 4}" text-anchor="middle" class="tk">step</text>'
+    )
+    for i, (name, values) in enumerate(sorted(series.items())):
+        color = PALETTE[i % len(PALETTE)]
+        values = sorted(values)
+        coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in values)
+        if len(values) > 1:
+            parts.append(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="2"/>')
+        for x, y in values:
+            parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{color}"><title>')
+            parts.append(f"{esc(name)} step {x:g}: {y:.4g}</title></circle>")
+        ly = top + 12 + i * 18
+        parts.append(f'<rect x="{left + plot_w + 12}" y="{ly - 9}" width="12" height="12" fill="{color}"/>')
+        parts.append(f'<text x="{left + plot_w + 30}" y="{ly + 1}" class="lg">{esc(tail(name, 18))}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+# ----- HTML --------------------------------------------------------------------------------------------------
+CSS = """
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#222;background:#fafafa}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd}
+h3{font-size:15px;margin:18px 0 6px} .meta{color:#666;font-size:13px}
+.charts{display:flex;flex-wrap:wrap;gap:12px} .charts svg{border:1px solid #ddd;background:#fff}
+.ct{font-size:13px;font-weight:600;fill:#222} .tk{font-size:11px;fill:#555} .lg{font-size:11px;fill:#222}
+table{border-collapse:collapse;font-size:13px;background:#fff} td,th{border:1px solid #ddd;padding:4px 8px;
+vertical-align:top;text-align:left} th{background:#f0f0f0}
+.grid td{min-width:260px;max-width:420px} .prompt{background:#f6f8fa}
+pre{white-space:pre-wrap;word-break:break-word;font-size:12px;margin:4px 0;font-family:Menlo,Consolas,monospace}
+.tok{color:#a0008f;background:#fbe9f8;border-radius:3px} .hdr{font-size:12px;color:#333;margin-top:6px}
+.bad{color:#b00020;font-weight:600} .empty{color:#888;font-style:italic;padding:8px}
+.cut{color:#888;font-size:11px} .info{color:#666}
+"""
+
+
+def _pre(text: str) -> str:
+    escaped = html.escape(visible_whitespace(text))
+    return "<pre>" + SPECIAL_TOKEN.sub(r'<span class="tok">\1</span>', escaped) + "</pre>"
+
+
+def _rollout_cell(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return '<span class="empty">prompt not in this dump</span>'
+    rewards = [r["reward"] for r in rows if r.get("reward") is not None]
+    mean = sum(rewards) / len(rewards) if rewards else None
+    parts = [f'<div class="hdr">{len(rows)} rollouts, mean reward <b>{html.escape(fmt_number(mean))}</b></div>']
+    for row in rows[:COMPLETIONS_PER_CELL]:
+        flag_html = "".join(
+            f' <span class="{"bad" if _is_bad(mark) else "info"}">{html.escape(mark)}</span>' for mark in flags(row)
+        )
+        parts.append(
+            f'<div class="hdr">group {row.get("group")} · reward {html.escape(fmt_number(row.get("reward")))} · '
+            f"adv {html.escape(fmt_number(row.get('advantage'), signed=True))}{flag_html}</div>"
+        )
+        text = row.get("completion") or ""
+        parts.append(_pre(text[:CELL_CHARS]))
+        if len(text) > CELL_CHARS:
+            parts.append(f'<div class="cut">… {len(text) - CELL_CHARS} more characters in the dump</div>')
+    return "".join(parts)
+
+
+def _is_bad(mark: str) -> bool:
+    return mark == "TRUNCATED" or mark.startswith("anomalies=") or mark == "think=anomalous"
+
+
+def _side_by_side(columns: list[tuple[str, list[dict[str, Any]]]]) -> str:
+    if not columns:
+        return '<div class="empty">no rollout dumps in this run</div>'
+    indexed = []  # per column: task -> prompt -> rows
+    for _, rows in columns:
+        per_task: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        for row in rows:
+            per_task.setdefault(row["task"], {}).setdefault(row.get("prompt") or "", []).append(row)
+        indexed.append(per_task)
+    tasks = sorted({t for per_task in indexed for t in per_task})
+    out = []
+    head = "".join(f"<th>{html.escape(title)}</th>" for title, _ in columns)
+    for task in tasks:
+        presence: dict[str, int] = {}
+        order: list[str] = []
+        for per_task in indexed:
+            for prompt in per_task.get(task, {}):
+                if prompt not in presence:
+                    order.append(prompt)
+                presence[prompt] = presence.get(prompt, 0) + 1
+        shared = sorted((p for p in order if presence[p] > 1), key=lambda p: (-presence[p], order.index(p)))
+        out.append(f"<h3>task {html.escape(task)}</h3>")
+        if shared:
+            out.append(f'<table class="grid"><tr><th>prompt (tail)</th>{head}</tr>')
+            for prompt in shared[:PROMPTS_PER_TASK]:
+                cells = "".join(f"<td>{_rollout_cell(pt.get(task, {}).get(prompt, []))}</td>" for pt in indexed)
+                out.append(f'<tr><td class="prompt">{_pre(tail(prompt, 400))}</td>{cells}</tr>')
+            out.append("</table>")
+        else:
+            out.append(
+                '<div class="meta">No prompt of this task appears in two of these dumps; showing the first '
+                "prompts of each dump instead.</div>"
+            )
+            out.append(f'<table class="grid"><tr>{head}</tr><tr>')
+            for pt in indexed:
+                prompts = list(pt.get(task, {}).items())[:PROMPTS_PER_TASK]
+                cell = "".join(
+                    f'<div class="prompt">{_pre(tail(p, 200))}</div>{_rollout_cell(rows)}' for p, rows in prompts
+                )
+                out.append(f"<td>{cell or '<span class=empty>no rows</span>'}</td>")
+            out.append("</tr></table>")
+    return "".join(out)
+
+
+def _index_table(index: list[dict[str, Any]]) -> str:
+    if not index:
+        return '<div class="empty">no rollout dumps found</div>'
+    rows = "".join(
+        f"<tr><td>{e['step']}</td><td>{e['rows']}</td><td>{html.escape(e['reason'])}</td>"
+        f"<td>{'' if e.get('checkpoint') is None else e['checkpoint']}</td>"
+        f"<td>{html.escape(', '.join(e['tasks']))}</td><td>{html.escape(e['file'])}</td></tr>"
+        for e in index
+    )
+    head = "".join(f"<th>{name}</th>" for name in ("step", "rows", "reason", "checkpoint", "tasks", "file"))
+    return f"<table><tr>{head}</tr>{rows}</table>"
+
+
+CHARTS = (
+    ("reward_mean", "reward (mean per task)"),
+    ("dead_share", "dead-group share (all rewards equal)"),
+    ("truncated_rate", "truncated share"),
+    ("anomaly_rate", "think-markup anomaly share"),
+)
+
+
+def render_html(data: RunData) -> str:
+    """The whole page."""
+    esc = html.escape
+    charts_log = "".join(
+        svg_line_chart(data.log_curves[m], f"{title} — training log", share=m != "reward_mean")
+        for m, title in CHARTS
+        if data.log_curves.get(m)
+    )
+    charts_dump = "".join(
+        svg_line_chart(data.dump_curves[m], f"{title} — dumps", share=m != "reward_mean")
+        for m, title in CHARTS
+        if data.dump_curves.get(m)
+    )
+    state = esc(str(data.trainer_state)) if data.trainer_state else "none found"
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>rl_guards report — {esc(data.run_dir.name)}</title><style>{CSS}</style></head><body>"
+        f"<h1>rl_guards report: {esc(str(data.run_dir))}</h1>"
+        f'<div class="meta">trainer state: {state} · {len(data.index)} rollout dumps</div>'
+        "<h2>Curves from the training log</h2>"
+        f'<div class="charts">{charts_log or "<div class=empty>no rl_guards or reward keys in log_history</div>"}</div>'
+        "<h2>Curves from the rollout dumps</h2>"
+        f'<div class="charts">{charts_dump or "<div class=empty>no rollout dumps</div>"}</div>'
+        "<h2>Rollouts side by side</h2>"
+        '<div class="meta">Same rendered prompt across dumps (checkpoint dumps when there are any). Whitespace is '
+        "visible: ↵ line break, ⇥ tab, · leading/trailing space; special tokens highlighted.</div>"
+        f"{_side_by_side(data.columns)}"
+        f"<h2>Dumps</h2>{_index_table(data.index)}"
+        "</body></html>"
+    )
+
+
+def write_report(run_dir: str | os.PathLike[str], output: str | os.PathLike[str] | None = None) -> Path:
+    """Write the report of ``run_dir`` (default ``<run_dir>/rl_guards_report.html``) and return its path."""
+    data = collect(run_dir)
+    path = Path(output) if output else Path(run_dir) / "rl_guards_report.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(render_html(data), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
