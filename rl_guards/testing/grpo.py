@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -30,4 +31,9 @@ TINY_GRPO_DEFAULTS: dict[str, Any] = {
 
 def tiny_grpo_config(output_dir: str | os.PathLike[str], **overrides: Any) -> GRPOConfig:
     """``GRPOConfig(output_dir, **TINY_GRPO_DEFAULTS)`` with ``overrides`` taking precedence."""
-    return GRPOConfig(output_dir=str(output_dir), **{**TINY_GRPO_DEFAULTS, **overrides})
+    settings = {**TINY_GRPO_DEFAULTS, **overrides}
+    # transformers >= 5.x renamed gradient_checkpointing to activation_checkpointing and warns on the old name,
+    # which TRL always sets; pass the new name too (mirroring the old) so the warning goes away.
+    if "activation_checkpointing" in {f.name for f in dataclasses.fields(GRPOConfig)}:
+        settings.setdefault("activation_checkpointing", settings["gradient_checkpointing"])
+    return GRPOConfig(output_dir=str(output_dir), **settings)

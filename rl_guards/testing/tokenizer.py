@@ -142,8 +142,8 @@ def _derive_merges(tokens: tuple[bytes, ...] | list[bytes]) -> list[tuple[bytes,
     return merges
 
 
-def _backend_json(vocab_size: int | None) -> str:
-    """The ``tokenizer.json`` text of the (truncated) Qwen tokenizer; cached on disk by ``build_tokenizer``."""
+def _build_backend(vocab_size: int | None) -> Tokenizer:
+    """The ``tokenizers`` backend of the (truncated) Qwen tokenizer."""
     all_tokens = load_ranks()
     size = len(all_tokens) if vocab_size is None else vocab_size
     tokens = all_tokens[:size]
@@ -170,7 +170,7 @@ def _backend_json(vocab_size: int | None) -> str:
             backend.add_special_tokens([added])
         else:
             backend.add_tokens([added])
-    return backend.to_str()
+    return backend
 
 
 def _check_vocab_size(vocab_size: int | None) -> None:
@@ -214,33 +214,38 @@ def resolve_chat_template(chat_template: str) -> str:
     return chat_template_text(chat_template)
 
 
-_MEMORY: dict[int | None, str] = {}
+_MEMORY: dict[int | None, Tokenizer] = {}
 _LOCK = threading.Lock()
 
 
-def _cached_backend_json(vocab_size: int | None, cache_dir: str | os.PathLike[str] | None) -> str:
+def _cached_backend(vocab_size: int | None, cache_dir: str | os.PathLike[str] | None) -> Tokenizer:
+    """The backend from memory, else from ``cache_dir`` (its ``tokenizer.json``), else built (and stored there)."""
     with _LOCK:
         if vocab_size in _MEMORY:
             return _MEMORY[vocab_size]
-    text = None
+    backend = None
     path = None
     if cache_dir is not None:
         key = hashlib.sha256(f"{vocab_size}|{QWEN_PATTERN}|{rank_file().stat().st_size}|v1".encode()).hexdigest()[:16]
         path = Path(cache_dir) / "tokenizers" / f"qwen-{vocab_size or 'full'}-{key}.json"
         if path.is_file():
-            text = path.read_text(encoding="utf-8")
-    if text is None:
-        text = _backend_json(vocab_size)
+            backend = Tokenizer.from_file(str(path))
+    if backend is None:
+        backend = _build_backend(vocab_size)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             # Write to a temp file and rename, so a concurrent reader never sees half a file.
             fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            os.replace(tmp, path)
+            os.close(fd)
+            try:
+                backend.save(tmp)
+                os.replace(tmp, path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
     with _LOCK:
-        _MEMORY[vocab_size] = text
-    return text
+        _MEMORY.setdefault(vocab_size, backend)
+        return _MEMORY[vocab_size]
 
 
 def build_tokenizer(
@@ -263,7 +268,7 @@ def build_tokenizer(
     """
     _check_vocab_size(vocab_size)
     template = resolve_chat_template(chat_template)
-    backend = Tokenizer.from_str(_cached_backend_json(vocab_size, cache_dir))
+    backend = _cached_backend(vocab_size, cache_dir)  # PreTrainedTokenizerFast works on a deep copy
     specials = [spec.content for spec in QWEN3_ADDED_TOKENS if spec.special]
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,
