@@ -40,7 +40,8 @@ COMPLETION_KINDS = frozenset({MASK_VALUES, POST_EOS, PADDING, TRUNCATED_UNMASKED
 PROMPT_TRAINED = "prompt_trained"  # SFT: a system/user/tool/header token has a label
 ASSISTANT_UNTRAINED = "assistant_untrained"  # SFT: an assistant token (or its end-of-turn) has label -100
 NOTHING_TRAINED = "nothing_trained"  # SFT: a whole batch without a single label
-SFT_KINDS: tuple[str, ...] = (NOTHING_TRAINED, PROMPT_TRAINED, ASSISTANT_UNTRAINED)
+LABEL_MISMATCH = "label_mismatch"  # SFT: a trained label differs from the input id at its position
+SFT_KINDS: tuple[str, ...] = (NOTHING_TRAINED, PROMPT_TRAINED, ASSISTANT_UNTRAINED, LABEL_MISMATCH)
 
 IGNORE_INDEX = -100  # the label of a token that carries no loss (PyTorch cross-entropy's ignore_index)
 LEAK_WINDOW = 8  # prompt tail lengths compared with a completion's head
@@ -295,12 +296,14 @@ class AssistantMarkers:
 
     ``header`` opens an assistant turn (e.g. ``<|im_start|>assistant↵``); ``end`` closes it (``<|im_end|>``) and
     belongs to the turn (the model must learn to emit it); ``trailer`` is what the template writes after ``end``
-    (``↵``), either way is fine for its label.
+    (``↵``) and ``closing`` what it adds after a conversation's final turn (phi3: the eos); either way is fine
+    for their labels.
     """
 
     header: tuple[int, ...]
     end: tuple[int, ...]
     trailer: tuple[int, ...] = ()
+    closing: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.header or not self.end:
@@ -327,7 +330,7 @@ class Span:
     header_start: int
     start: int
     stop: int
-    trailer_stop: int  # end of the whitespace the template writes after the end marker
+    trailer_stop: int  # end of what the template writes after the end marker (trailer, closing)
 
 
 def find_assistant_spans(ids: Sequence[int], markers: AssistantMarkers, length: int | None = None) -> list[Span]:
@@ -347,8 +350,9 @@ def find_assistant_spans(ids: Sequence[int], markers: AssistantMarkers, length: 
         e = find_subsequence(row, markers.end, start)
         stop = n if e < 0 else e + len(markers.end)
         trailer_stop = stop
-        if markers.trailer and row[stop : stop + len(markers.trailer)] == list(markers.trailer):
-            trailer_stop = stop + len(markers.trailer)
+        for extra in (markers.trailer, markers.closing):
+            if extra and row[trailer_stop : trailer_stop + len(extra)] == list(extra):
+                trailer_stop += len(extra)
         spans.append(Span(h, start, stop, trailer_stop))
         i = stop
     return spans
@@ -365,7 +369,7 @@ def check_label_row(
     """Offending positions of one SFT row, per rule.
 
     ``expect="assistant_only"``: every token outside the assistant spans has ``ignore_index`` (``prompt_trained``
-    otherwise; the whitespace a template writes after the end marker may go either way) and every token inside,
+    otherwise; the assistant header and the whitespace after the end marker may go either way) and every token inside,
     end-of-turn included, has a label (``assistant_untrained``). ``"completion_only"``: the first trained token
     follows a masked prompt: not at position 0 and, in a conversation, inside an assistant turn (not in its header
     or in another turn); from there that turn (without turns: the rest of the row) is trained throughout.
@@ -397,8 +401,10 @@ def check_label_row(
     for span in spans:
         for j in range(span.start, min(span.stop, length)):
             inside[j] = True
-        for j in range(span.stop, min(span.trailer_stop, length)):
-            neutral[j] = True
+        # The header is a prompt cue, yet some training templates (deepseek_r1_distill) train it: either way.
+        for j in [*range(span.header_start, span.start), *range(span.stop, span.trailer_stop)]:
+            if j < length:
+                neutral[j] = True
     prompt_bad = [j for j in range(length) if trained[j] and not inside[j] and not neutral[j]]
     must_train = spans if expect == "assistant_only" else spans[-1:]
     untrained = [j for s in must_train for j in range(s.start, min(s.stop, length)) if not trained[j]]
