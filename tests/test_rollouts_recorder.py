@@ -104,6 +104,7 @@ def test_periodic_and_checkpoint_schedule(tmp_path: Path) -> None:
     h.batch(make_batch(9))
     h.batch(make_batch(9))  # a second generation batch of the same step (steps_per_generation < grad accum)
     h.save(10)  # step 9 was dumped periodically: now also tagged as the checkpoint's
+    assert h.metric("dumped_rows") == [6.0] * 4 + [6.0, 6.0]  # the second batch added 6 rows, the tag none
     table = pq.read_table(folder / "step_000009.parquet")
     assert table.num_rows == 12
     assert sorted(set(table.column("group").to_pylist())) == list(range(6))  # unique per step

@@ -210,7 +210,8 @@ class RolloutRecorder(Guard):
         self._batches: list[RolloutBatch] = []  # only the latest step: bounded memory
         self._table: Any = None  # Arrow table of the buffered batches, once built
         self._table_batches = 0  # how many buffered batches _table holds
-        self._written: tuple[int, int, int | None] | None = None  # (step, batches, checkpoint) on disk
+        # (step, batches, checkpoint, rows) of the last file this recorder wrote
+        self._written: tuple[int, int, int | None, int] | None = None
         self._markup = MarkupSpec()
 
     def setup(self, ctx: RunContext) -> None:
@@ -286,7 +287,9 @@ class RolloutRecorder(Guard):
         if self._written is not None and self._written[:2] == (step, count):
             if checkpoint is None or self._written[2] == checkpoint:
                 return  # already on disk with these rows and this tag
-        if checkpoint is None and self._written is not None and self._written[0] == step:
+        same_step = self._written is not None and self._written[0] == step
+        retag = self._written is not None and self._written[:2] == (step, count)  # same rows, new checkpoint tag
+        if checkpoint is None and same_step:
             checkpoint = self._written[2]  # more rows for a step already tagged by a checkpoint: keep the tag
         if checkpoint is not None:
             reason = "checkpoint"
@@ -317,9 +320,11 @@ class RolloutRecorder(Guard):
                 f"could not write the rollouts of step {step} to {path}: {type(exc).__name__}: {exc}", report
             )
             return
-        self._written = (step, count, checkpoint)
-        report.metric("dumped_rows", float(table.num_rows))
-        self._log_wandb(table, step)
+        new_rows = table.num_rows - (self._written[3] if same_step else 0)
+        self._written = (step, count, checkpoint, table.num_rows)
+        if not retag:  # a re-tag rewrites the same rows: count and show them once
+            report.metric("dumped_rows", float(new_rows))
+            self._log_wandb(table, step)
 
     def _write_failed(self, message: str, report: Reporter) -> None:
         report.metric("write_errors", 1.0)

@@ -1,0 +1,120 @@
+"""RolloutRecorder on a real GRPOTrainer (tiny offline fixture): schedule, checkpoints, resume, W&B table, report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rl_guards
+from rl_guards.config import GuardsConfig
+from rl_guards.rollouts.reader import RolloutStore
+from rl_guards.rollouts.recorder import SUPERSEDED_DIR, RolloutRecorder
+
+pytestmark = pytest.mark.slow
+
+
+def _trainer(out: Path, **overrides: Any) -> Any:
+    from trl import GRPOTrainer
+
+    from rl_guards.testing import arith_correct, echo_match, make_dataset, tiny_grpo_config, tiny_setup
+
+    tiny = tiny_setup()
+    return GRPOTrainer(
+        model=tiny.model_dir,
+        processing_class=tiny.tokenizer,
+        reward_funcs=[arith_correct, echo_match],
+        args=tiny_grpo_config(out, **overrides),
+        train_dataset=make_dataset(thinking="mixed"),
+    )
+
+
+def _checkpoints(out: Path) -> list[int]:
+    return sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
+
+
+def test_dumps_at_period_and_checkpoints_and_survive_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    out = tmp_path / "run"
+    config = GuardsConfig.from_dict({"rollouts": {"every_steps": 3, "wandb_rows_per_task": 2}})
+
+    trainer = _trainer(out, max_steps=5, save_strategy="steps", save_steps=2, report_to="wandb", run_name="dumps")
+    run = rl_guards.install(trainer, config, guards=[RolloutRecorder])
+    trainer.train()
+    import wandb
+
+    wandb.finish()
+
+    store = RolloutStore(out)
+    checkpoints = _checkpoints(out)
+    assert checkpoints[:2] == [2, 4]
+    # Periodic dumps at steps 0 and 3; checkpoint-k dumps the rollouts of step k-1 (the batch of its last update).
+    expected = sorted({0, 3} | {k - 1 for k in checkpoints})
+    assert store.steps() == expected
+    index = {e["step"]: e for e in store.index()}
+    assert {e["checkpoint"]: s for s, e in index.items() if e["checkpoint"] is not None} == {
+        k: k - 1 for k in checkpoints
+    }
+    assert index[0]["reason"] == "periodic" and index[1]["reason"] == "checkpoint"
+    assert index[3]["reason"] == "checkpoint"  # periodic, then tagged by checkpoint-4
+
+    tok = trainer.processing_class
+    eos_ids = {tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")}
+    rows = store.load(0)
+    assert len(rows) == trainer.args.per_device_train_batch_size
+    assert [r["group"] for r in rows] == [i // trainer.num_generations for i in range(len(rows))]
+    for row in rows:
+        assert row["prompt"].startswith("<|im_start|>user\n") and row["prompt"].endswith("<|im_start|>assistant\n")
+        assert tok.decode(row["completion_ids"], skip_special_tokens=False) == row["completion"]
+        assert row["truncated"] == (row["completion_ids"][-1] not in eos_ids)
+        assert 0 < row["completion_tokens"] <= trainer.args.max_completion_length
+        scored = row["rewards"]["arith_correct" if row["task"] == "arith" else "echo_match"]
+        other = row["rewards"]["echo_match" if row["task"] == "arith" else "arith_correct"]
+        assert scored in (0.0, 1.0) and other is None and row["reward"] == scored
+        assert row["think_kind"] in ("answer", "thinking", "anomalous")
+        assert row["thinking"] in (True, False)
+    # Metrics reach the trainer's log; one per new dump (the re-tag of step 3 writes no new rows).
+    logged = [
+        e["rl_guards/rollouts/dumped_rows"] for e in trainer.state.log_history if "rl_guards/rollouts/dumped_rows" in e
+    ]
+    pending = run.session.metrics.get("rl_guards/rollouts/dumped_rows", [])  # the last save's, after the last log
+    assert sorted(logged + pending) == [8.0] * len(expected)
+
+    # W&B: one small table per dump, texts cut for the table only.
+    from rl_guards.testing.wandb_offline import find_offline_runs, read_offline_run
+
+    back = read_offline_run(find_offline_runs(tmp_path)[-1])
+    tables = [p for p in back.table_files if "rollouts" in p.name]
+    assert len(tables) == len(expected)
+    table = json.loads(tables[0].read_text())
+    assert "completion_cut_for_table" in table["columns"] and len(table["data"]) == 4  # 2 rows x 2 tasks
+
+    # Crash after step 5, resume from checkpoint-2: steps 0 and 1 stay as written, 2+ are redone.
+    before = {s: (store.path(s)).read_bytes() for s in (0, 1)}
+    resumed = _trainer(out, max_steps=5, save_strategy="steps", save_steps=2)
+    rl_guards.install(resumed, config, guards=[RolloutRecorder])
+    resumed.train(resume_from_checkpoint=str(out / "checkpoint-2"))
+    assert store.steps() == expected  # nothing lost, nothing twice
+    assert {s: store.path(s).read_bytes() for s in (0, 1)} == before
+    moved = sorted(p.name for p in (store.folder / SUPERSEDED_DIR).rglob("*.parquet"))
+    assert moved == [f"step_{s:06d}.parquet" for s in expected if s >= 2]
+    index_lines = (store.folder / "index.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in index_lines] == expected
+
+    # The report and the CLI read the real run.
+    import rl_guards.cli.main as cli_main
+
+    monkeypatch.setattr(
+        cli_main, "COMMAND_MODULES", list(dict.fromkeys([*cli_main.COMMAND_MODULES, "rollouts", "report"]))
+    )
+    assert cli_main.main(["report", str(out), "-o", str(tmp_path / "report.html")]) == 0
+    page = (tmp_path / "report.html").read_text()
+    assert "checkpoint-2 (step 1)" in page and "checkpoint-4 (step 3)" in page and "(all, TRL)" in page
+    assert cli_main.main(["rollouts", str(out), "show", "--step", "3", "--limit", "1"]) == 0
+    assert "step 3 | " in capsys.readouterr().out
