@@ -1,10 +1,33 @@
-"""The guards :func:`rl_guards.install` builds, in the order they run on each batch.
+"""The guards :func:`rl_guards.install` builds, in the order they run.
 
-Add a guard here once it exists; the contract tests run over every entry.
+Start-of-training checks come first (preflight, template, reward sanity), then the tensor check (masking),
+then the batch guards; the rollout recorder runs last so its dump carries what the others saw.
+The contract tests run over every entry.
 """
 
 from __future__ import annotations
 
 from rl_guards.guards.base import Guard
+from rl_guards.guards.dead_groups import DeadGroupGuard
+from rl_guards.guards.reward_sanity import RewardSanityGuard
+from rl_guards.guards.routing import RoutingGuard
+from rl_guards.guards.slicing import SlicingGuard
+from rl_guards.guards.task_rewards import TaskRewardMonitor
+from rl_guards.guards.template import DoubleThinkGuard
+from rl_guards.guards.think_tags import ThinkTagsMonitor
+from rl_guards.guards.truncation import TruncationGuard
+from rl_guards.rollouts.recorder import RolloutRecorder
+from rl_guards.trl.grpo_masks import GRPOMaskGuard
 
-BATCH_GUARDS: list[type[Guard]] = []
+BATCH_GUARDS: list[type[Guard]] = [
+    DoubleThinkGuard,
+    RewardSanityGuard,
+    GRPOMaskGuard,
+    TaskRewardMonitor,
+    RoutingGuard,
+    DeadGroupGuard,
+    TruncationGuard,
+    SlicingGuard,
+    ThinkTagsMonitor,
+    RolloutRecorder,
+]
