@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,16 @@ def test_added_tokens_follow_the_truncated_ranks_in_qwen3_order(tok: PreTrainedT
     assert len(special) == 14
 
 
+def test_one_merge_per_multi_byte_token(tok: PreTrainedTokenizerBase) -> None:
+    model = json.loads(tok.backend_tokenizer.to_str())["model"]
+    vocab, merges = model["vocab"], model["merges"]
+    assert model["ignore_merges"] is True
+    assert len(merges) == 2048 - 256  # every rank above the 256 single bytes, once
+    merged = [vocab["".join(pair)] for pair in merges]
+    assert merged == sorted(merged) == list(range(256, 2048))  # in rank order
+    assert all(vocab[a] < rank and vocab[b] < rank for (a, b), rank in zip(merges, merged, strict=True))
+
+
 def test_think_tags_are_single_non_special_tokens(tok: PreTrainedTokenizerBase) -> None:
     open_id, close_id = tok.convert_tokens_to_ids(["<think>", "</think>"])
     text = "<think>\n3+4=7\n</think>\n\n7<|im_end|>"
@@ -153,7 +164,8 @@ def test_full_vocab_has_the_real_qwen3_ids(tmp_path: Path) -> None:
     chat = "<|im_start|>user\nWhat is 3+4?<|im_end|>\n"
     assert ids(full, text) == reference().encode(text)
     assert ids(full, chat) == reference().encode(chat)
-    assert list((tmp_path / "tokenizers").glob("*.json")), "full vocabulary not cached on disk"
+    (cached,) = (tmp_path / "tokenizers").glob("*.json")
+    assert len(json.loads(cached.read_text())["model"]["merges"]) == 151_387  # as in Qwen3's own tokenizer.json
 
 
 # ----- model -----------------------------------------------------------------------------------------

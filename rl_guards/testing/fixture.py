@@ -108,7 +108,8 @@ def tiny_setup(
     The build lands in ``<cache_dir>/tiny-<vocab>-<template>-<hash>``; the hash covers the parameters, the
     rl_guards / transformers / torch versions and this subpackage's source. ``cache_dir`` defaults to
     ``default_cache_dir()``. Each build goes to a temporary folder renamed into place, so processes building
-    at the same time are safe (the first rename wins; the others discard their copy).
+    at the same time are safe (the first rename wins; the others discard their copy). With ``vocab_size=None``
+    (151k-wide LM head) the warm-up takes minutes on CPU: prefer the default for tests.
     """
     template = resolve_chat_template(chat_template)
     template_name = chat_template if chat_template in available_chat_templates() else "custom"

@@ -218,34 +218,35 @@ _MEMORY: dict[int | None, Tokenizer] = {}
 _LOCK = threading.Lock()
 
 
+def _save_atomically(backend: Tokenizer, path: Path) -> None:
+    """Write to a temp file and rename, so a concurrent reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    os.close(fd)
+    try:
+        backend.save(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
 def _cached_backend(vocab_size: int | None, cache_dir: str | os.PathLike[str] | None) -> Tokenizer:
-    """The backend from memory, else from ``cache_dir`` (its ``tokenizer.json``), else built (and stored there)."""
-    with _LOCK:
-        if vocab_size in _MEMORY:
-            return _MEMORY[vocab_size]
-    backend = None
+    """The backend from memory, else from ``cache_dir`` (its ``tokenizer.json``), else built; stored in both."""
     path = None
     if cache_dir is not None:
         key = hashlib.sha256(f"{vocab_size}|{QWEN_PATTERN}|{rank_file().stat().st_size}|v1".encode()).hexdigest()[:16]
         path = Path(cache_dir) / "tokenizers" / f"qwen-{vocab_size or 'full'}-{key}.json"
-        if path.is_file():
-            backend = Tokenizer.from_file(str(path))
+    with _LOCK:
+        backend = _MEMORY.get(vocab_size)
+    if backend is None and path is not None and path.is_file():
+        backend = Tokenizer.from_file(str(path))
     if backend is None:
         backend = _build_backend(vocab_size)
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            # Write to a temp file and rename, so a concurrent reader never sees half a file.
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-            os.close(fd)
-            try:
-                backend.save(tmp)
-                os.replace(tmp, path)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
+    if path is not None and not path.is_file():
+        _save_atomically(backend, path)
     with _LOCK:
-        _MEMORY.setdefault(vocab_size, backend)
-        return _MEMORY[vocab_size]
+        return _MEMORY.setdefault(vocab_size, backend)
 
 
 def build_tokenizer(
