@@ -69,11 +69,12 @@ class RolloutStore:
             raise FileNotFoundError(f"no dump for step {step} in {self.folder}; dumped steps: {self.steps()}")
         return path
 
-    def table(self, step: int) -> Any:
-        """The dump of ``step`` as a ``pyarrow.Table``."""
+    def table(self, step: int, columns: list[str] | None = None) -> Any:
+        """The dump of ``step`` as a ``pyarrow.Table`` (only ``columns`` when given)."""
         import pyarrow.parquet as pq
 
-        table = pq.read_table(str(self.path(step)))
+        wanted = None if columns is None else list(dict.fromkeys(["schema_version", *columns]))
+        table = pq.read_table(str(self.path(step)), columns=wanted)
         version = int(table.column("schema_version")[0].as_py()) if table.num_rows else SCHEMA_VERSION
         if version > SCHEMA_VERSION:
             raise ValueError(
@@ -82,9 +83,9 @@ class RolloutStore:
             )
         return table
 
-    def load(self, step: int) -> list[dict[str, Any]]:
+    def load(self, step: int, columns: list[str] | None = None) -> list[dict[str, Any]]:
         """The dump of ``step`` as one dict per rollout (``rewards`` gathers the ``reward/<func>`` columns)."""
-        return [_with_rewards(row) for row in self.table(step).to_pylist()]
+        return [_with_rewards(row) for row in self.table(step, columns).to_pylist()]
 
     def rows(
         self,

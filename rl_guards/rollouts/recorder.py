@@ -24,13 +24,18 @@ Columns (``SCHEMA_VERSION`` 1): ``schema_version, step, epoch, mode, row, group,
 model saw it, special tokens kept), ``completion`` (decoded with special tokens: EOS visible),
 ``completion_text`` (what the reward functions saw), ``completion_ids, prompt_tokens, completion_tokens,
 reward`` (weighted total, null when every function skipped the row), ``advantage, truncated, think_kind,
-think_anomalies, thinking, columns`` (other dataset columns, JSON), and ``reward/<func>`` per reward function
-(null where the function returned None).
+think_anomalies`` (:func:`rl_guards.core.think_markup.scan` verdict, plus ``tag_in_nonthinking`` for a
+non-thinking row with tags), ``thinking, columns`` (other dataset columns, JSON), and ``reward/<func>`` per
+reward function (null where the function returned None). Eval batches are not dumped.
+
+W&B: when a run is active, each new dump also logs a small ``wandb.Table`` under ``rl_guards/rollouts``
+(``wandb_rows_per_task`` rows per task, distinct groups first; completion text cut to 1,000 characters for the
+table only, with ``completion_chars`` and ``completion_cut_for_table`` columns saying so).
 
 Metrics:
 
 =====================================  ==========================================================
-``rl_guards/rollouts/dumped_rows``     rows written by one dump
+``rl_guards/rollouts/dumped_rows``     new rows written by one dump (a checkpoint re-tag adds none)
 ``rl_guards/rollouts/write_errors``    1 per failed write (disk full, unwritable folder)
 =====================================  ==========================================================
 

@@ -29,6 +29,8 @@ CELL_CHARS = 1500  # completion characters per cell (the dump keeps everything)
 TASK_KEY = re.compile(r"^rl_guards/task/(?P<task>[^/]+)/(?P<metric>reward_mean|dead_share|truncated_rate)$")
 SPECIAL_TOKEN = re.compile(r"(&lt;\|[^|<>]{1,40}\|&gt;|&lt;/?think&gt;)")
 
+STAT_COLUMNS = ["task", "group", "reward", "truncated", "think_anomalies"]  # what dump_stats reads
+
 Series = dict[str, list[tuple[float, float]]]
 
 
@@ -123,20 +125,16 @@ def collect(run_dir: str | os.PathLike[str]) -> RunData:
     if store is None:
         return data
     data.index = store.index()
-    loaded: dict[int, list[dict[str, Any]]] = {}
-    for entry in data.index:
-        rows = store.load(entry["step"])
-        for task, stats in dump_stats(rows).items():
+    for entry in data.index:  # only the columns the curves need: a long run has many large dumps
+        for task, stats in dump_stats(store.load(entry["step"], STAT_COLUMNS)).items():
             for metric, value in stats.items():
                 data.dump_curves.setdefault(metric, {}).setdefault(task, []).append((float(entry["step"]), value))
-        loaded[entry["step"]] = rows
     shown = [e for e in data.index if e.get("checkpoint") is not None] or data.index
-    shown = _spread(shown, MAX_COLUMNS)
-    for entry in shown:
+    for entry in _spread(shown, MAX_COLUMNS):
         title = f"step {entry['step']}"
         if entry.get("checkpoint") is not None:
             title = f"checkpoint-{entry['checkpoint']} (step {entry['step']})"
-        data.columns.append((title, loaded[entry["step"]]))
+        data.columns.append((title, store.load(entry["step"])))
     return data
 
 
