@@ -157,19 +157,32 @@ def test_write_failure_in_raise_mode_raises(tmp_path: Path) -> None:
         h.batch(make_batch(0))
 
 
-def test_failed_replace_keeps_the_old_file_and_leaves_no_temp(tmp_path: Path) -> None:
+def test_failed_replace_keeps_the_old_state_and_leaves_no_temp(tmp_path: Path) -> None:
     h = Harness(str(tmp_path), every_steps=1)
     h.batch(make_batch(0))
     folder = _folder(tmp_path)
-    before = (folder / "step_000000.parquet").read_bytes()
-    # The index path is a folder now: the step file is replaced, the index write fails atomically.
+    index_before = (folder / INDEX_FILE).read_text()
+    (folder / step_file_name(1)).mkdir()  # the rename onto the step file fails after the temp file is complete
+    with pytest.warns(RLGuardsWarning, match="could not write the rollouts of step 1"):
+        h.batch(make_batch(1))
+    assert h.metric("write_errors") == [1.0] and h.metric("dumped_rows") == [6.0]
+    assert not [p for p in folder.iterdir() if ".tmp-" in p.name]
+    assert (folder / INDEX_FILE).read_text() == index_before
+
+
+def test_index_failure_keeps_the_dump_and_the_next_start_rebuilds_the_index(tmp_path: Path) -> None:
+    h = Harness(str(tmp_path), every_steps=1)
+    h.batch(make_batch(0))
+    folder = _folder(tmp_path)
     (folder / INDEX_FILE).unlink()
-    (folder / INDEX_FILE).mkdir()
-    with pytest.warns(RLGuardsWarning):
+    (folder / INDEX_FILE).mkdir()  # the index cannot be replaced
+    with pytest.warns(RLGuardsWarning, match="could not update"):
         h.batch(make_batch(1))
     assert h.metric("write_errors") == [1.0]
-    assert not [p for p in folder.iterdir() if ".tmp-" in p.name]
-    assert (folder / "step_000000.parquet").read_bytes() == before
+    assert (folder / step_file_name(1)).is_file()  # the dump itself is complete
+    (folder / INDEX_FILE).rmdir()
+    Harness(str(tmp_path), every_steps=1).begin(2)  # e.g. the resumed run
+    assert [e["step"] for e in _index(folder)] == [0, 1]
 
 
 def test_crash_mid_write_leaves_only_a_hidden_temp_that_is_cleaned(tmp_path: Path) -> None:

@@ -318,13 +318,18 @@ class RolloutRecorder(Guard):
 
             folder.mkdir(parents=True, exist_ok=True)
             write_atomic(path, lambda tmp: pq.write_table(table, str(tmp), compression="zstd"))
-            self._entries[step] = index_entry(meta, path.name)
-            write_index(folder, self._entries)
         except (OSError, ValueError) as exc:  # pyarrow's I/O errors are OSError subclasses
             self._write_failed(
                 f"could not write the rollouts of step {step} to {path}: {type(exc).__name__}: {exc}", report
             )
             return
+        self._entries[step] = index_entry(meta, path.name)
+        try:
+            write_index(folder, self._entries)
+        except OSError as exc:  # the dump itself is complete; the index is rebuilt from the files later
+            self._write_failed(
+                f"wrote {path} but could not update {folder / INDEX_FILE}: {type(exc).__name__}: {exc}", report
+            )
         new_rows = table.num_rows - (self._written[3] if same_step else 0)
         self._written = (step, count, checkpoint, table.num_rows)
         if not retag:  # a re-tag rewrites the same rows: count and show them once
