@@ -183,3 +183,18 @@ def test_other_markups() -> None:
     text = "<|start|>assistant<|channel|>analysis<|message|>x<|end|><|start|>assistant"
     report = check_rendered_template(RenderedPrompt(text), RenderedPrompt(text), markup=GPTOSS)
     assert not report.findings and not report.thinking_prefill
+
+
+def test_mixed_runs_use_both_modes() -> None:
+    assert check_rendered_template(*DEEPSEEK, mixed=True).blocking  # per-row False cannot turn thinking off
+    report = check_rendered_template(*NOSWITCH, mixed=True)
+    assert not report.blocking and [f.severity for f in report.findings] == ["warning"]
+    assert report.findings[0].kind == FLAG_NO_EFFECT
+    on, off = _probe(H, H + "<think><think>")
+    assert not check_rendered_template(on, off).blocking
+    assert check_rendered_template(on, off, mixed=True).blocking
+
+
+def test_failed_probe_renders_make_no_flag_claims() -> None:
+    empty = RenderedPrompt("", None, "probe")
+    assert not check_rendered_template(empty, empty, requested_thinking=False, family_has_switch=True).findings

@@ -124,3 +124,25 @@ def test_guard_without_trainer_uses_the_mirror_render_path() -> None:
     assert session.counts[("template", "prefill_duplicates_template")] == 1
     assert "2/2 rendered dataset prompts" in session.findings[0].message
     assert session.metrics["rl_guards/template/findings"] == [1.0]
+
+
+def test_unhonoured_thinking_column_stops_the_run(make_grpo_trainer: Any) -> None:
+    trainer = make_grpo_trainer(max_steps=1, train_dataset=make_dataset(thinking="mixed"))
+    rl_guards.install(trainer, {"template": {"mode": "raise"}}, guards=[DoubleThinkGuard])
+    with pytest.raises(TemplateError, match="honour_thinking_column") as info:
+        trainer.train()
+    assert "8/16 rows have enable_thinking=False" in str(info.value)
+
+
+def test_mixed_deepseek_run_cannot_turn_thinking_off(make_grpo_trainer: Any) -> None:
+    from rl_guards.trl.thinking_mix import honour_thinking_column
+
+    trainer = make_grpo_trainer(
+        max_steps=1,
+        train_dataset=make_dataset(thinking="mixed"),
+        processing_class=build_tokenizer(chat_template="deepseek_r1_distill"),
+    )
+    rl_guards.install(trainer, {"template": {"mode": "raise"}}, guards=[DoubleThinkGuard])
+    honour_thinking_column(trainer)
+    with pytest.raises(TemplateError, match="enable_thinking=False still leaves"):
+        trainer.train()

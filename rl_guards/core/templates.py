@@ -246,6 +246,7 @@ def check_rendered_template(
     family_has_switch: bool | None = None,
     markup: ThinkMarkup | None = None,
     template_text: str | None = None,
+    mixed: bool = False,
     extra_findings: Sequence[TemplateFinding] = (),
 ) -> TemplateReport:
     """Analyse a template from its renders.
@@ -258,6 +259,7 @@ def check_rendered_template(
         family_has_switch: the model family's own template reacts to ``enable_thinking`` (e.g. the tokenizer's
             template, when the trainer renders with another one). None: unknown.
         markup: the family's think markup; default guessed from ``template_text`` (``<think>`` otherwise).
+        mixed: rows render in both modes (a per-row thinking flag), so both probes are used by the run.
     """
     if markup is None:
         markup = markup_for_template(template_text)
@@ -279,8 +281,8 @@ def check_rendered_template(
 
     # (a, b) opens in the probes: a template that double-opens by itself. Error only in the mode the run uses.
     probes: list[tuple[RenderedPrompt, PromptScan, bool]] = [
-        (thinking, s_on, requested_thinking is True or (requested_thinking is None and run is None)),
-        (non_thinking, s_off, requested_thinking is False),
+        (thinking, s_on, mixed or requested_thinking is True or (requested_thinking is None and run is None)),
+        (non_thinking, s_off, mixed or requested_thinking is False),
     ]
     if run is not None and s_run is not None and run.text not in (thinking.text, non_thinking.text):
         probes.append((run, s_run, True))
@@ -320,9 +322,9 @@ def check_rendered_template(
             )
         )
 
-    # (c) thinking flag ignored.
+    # (c) thinking flag ignored (nothing to say when the probes did not render).
     if s_off.opened:
-        severity = "error" if requested_thinking is False else "info"
+        severity = "error" if requested_thinking is False or mixed else "info"
         findings.append(
             TemplateFinding(
                 THINKING_FLAG_IGNORED,
@@ -333,9 +335,9 @@ def check_rendered_template(
                 non_thinking.label,
             )
         )
-    if not has_switch:
+    if not has_switch and (thinking.text or non_thinking.text):
         if family_has_switch:
-            severity = "error" if requested_thinking is not None else "info"
+            severity = "error" if requested_thinking is not None or mixed else "info"
             findings.append(
                 TemplateFinding(
                     THINKING_FLAG_IGNORED,
@@ -346,12 +348,13 @@ def check_rendered_template(
                     thinking.label,
                 )
             )
-        elif requested_thinking is not None and not (requested_thinking is False and s_off.opened):
+        elif (requested_thinking is not None or mixed) and not s_off.opened:
             findings.append(
                 TemplateFinding(
                     FLAG_NO_EFFECT,
-                    "info",
-                    f"enable_thinking={requested_thinking} has no effect: this template has no thinking switch",
+                    "warning" if mixed else "info",
+                    f"enable_thinking={'per row' if mixed else requested_thinking} has no effect: this template has "
+                    "no thinking switch",
                     thinking.label,
                 )
             )

@@ -6,7 +6,7 @@ import logging
 from typing import Any, ClassVar
 
 from rl_guards.config import TemplateConfig
-from rl_guards.core.templates import RenderedPrompt, TemplateReport
+from rl_guards.core.templates import THINKING_FLAG_IGNORED, RenderedPrompt, TemplateFinding, TemplateReport
 from rl_guards.core.think_markup import THINK, ThinkMarkup
 from rl_guards.errors import TemplateError
 from rl_guards.guards.base import Guard, Reporter
@@ -26,8 +26,9 @@ class DoubleThinkGuard(Guard):
     ``double_open``                   the prompt ends with two unclosed ``<think>`` (``<think>\\n<think>\\n``)
     ``prefill_duplicates_template``   an unclosed ``<think>`` in an earlier, finished turn: an assistant prefill
                                       message TRL closed as its own turn (it never passes continue_final_message)
-    ``thinking_flag_ignored``         ``enable_thinking=False`` still leaves the block open, or the trainer's
-                                      template drops the thinking switch the model's own template has
+    ``thinking_flag_ignored``         ``enable_thinking=False`` still leaves the block open, the trainer's
+                                      template drops the thinking switch the model's own template has, or the
+                                      dataset's per-row thinking column is not honoured (one global mode)
     ``render_failed``                 dataset prompts do not render
     ================================  ============================================================================
 
@@ -83,18 +84,55 @@ class DoubleThinkGuard(Guard):
         histories = render_histories(ctx.tokenizer, prompts, ctx.chat_template_kwargs, ctx.chat_template)
         return [RenderedPrompt(t, h, f"dataset row {i}") for i, (t, h) in enumerate(zip(texts, histories, strict=True))]
 
+    def _thinking_column(self) -> tuple[str, list[bool]]:
+        """The dataset's per-row thinking column (name from ``think_tags.thinking_column``) and its set values."""
+        tags = getattr(self.guards_config, "think_tags", None)
+        column = getattr(tags, "thinking_column", "enable_thinking")
+        ds = self.ctx.train_dataset
+        if ds is None or column not in (getattr(ds, "column_names", None) or []):
+            return column, []
+        return column, [bool(v) for v in ds[column] if v is not None]
+
+    def _per_row(self) -> bool:
+        from rl_guards.trl.thinking_mix import PER_ROW_ATTR
+
+        return getattr(self.ctx.args, PER_ROW_ATTR, None) is not None
+
     def check(self) -> TemplateReport:
         """Render and analyse; no reporting."""
         from rl_guards.trl.template_check import check_template
 
         prompts = self._dataset_prompts()
         rows = self._render_rows(prompts) if prompts else []
+        _, flags = self._thinking_column()
         return check_template(
             self.ctx.tokenizer,
             chat_template_kwargs=self.ctx.chat_template_kwargs,
             chat_template=self.ctx.chat_template,
             markup=self._markup(),
             rendered_rows=rows,
+            mixed=self._per_row() and len(set(flags)) > 1,
+        )
+
+    def _column_ignored(self, report: TemplateReport) -> str | None:
+        """A message when the dataset asks for a mode per row that the trainer's one global mode contradicts."""
+        column, flags = self._thinking_column()
+        if not flags or self._per_row() or not report.has_switch:
+            return None
+        requested = report.requested_thinking
+        run_mode = (
+            requested
+            if requested is not None
+            else report.renders.get("run probe") == report.renders.get("thinking probe")
+        )
+        wrong = sum(f != run_mode for f in flags)
+        if not wrong:
+            return None
+        return (
+            f"{wrong}/{len(flags)} rows have {column}={not run_mode}, but GRPOTrainer renders every prompt with one "
+            f"global chat_template_kwargs (enable_thinking={run_mode}): those rows are rendered in the wrong mode "
+            "and their rewards judge the wrong thing. Fix: rl_guards.trl.thinking_mix.honour_thinking_column(trainer) "
+            "before trainer.train(), or drop the column"
         )
 
     def on_train_begin(self, report: Reporter) -> None:
@@ -102,6 +140,9 @@ class DoubleThinkGuard(Guard):
             report.info("no_tokenizer", "no tokenizer in the run context: template not checked")
             return
         self.report = self.check()
+        ignored = self._column_ignored(self.report)
+        if ignored is not None:
+            self.report.findings.append(TemplateFinding(THINKING_FLAG_IGNORED, "error", ignored, "dataset column"))
         errors = self.report.errors
         report.metric("findings", float(len(errors)))
         for f in self.report.findings:

@@ -163,6 +163,7 @@ def check_template(
     chat_template: str | None = None,
     markup: ThinkMarkup | None = None,
     rendered_rows: Sequence[RenderedPrompt] = (),
+    mixed: bool = False,
 ) -> TemplateReport:
     """Render a probe conversation with thinking on, off and as the run asks, plus ``prompts``; analyse them.
 
@@ -173,6 +174,7 @@ def check_template(
         chat_template: the template the trainer renders with (``trainer.chat_template``; None = the tokenizer's).
         markup: think markup of the model family; default guessed from the template text.
         rendered_rows: prompts already rendered by the trainer itself (the guard passes these).
+        mixed: the run renders rows in both modes (``rl_guards.trl.thinking_mix``).
     """
     kwargs = dict(chat_template_kwargs or {})
     requested = kwargs.get("enable_thinking")
@@ -227,6 +229,7 @@ def check_template(
         requested_thinking=requested,
         family_has_switch=family_has_switch,
         markup=markup,
+        mixed=mixed,
         extra_findings=extra,
     )
 
