@@ -178,3 +178,26 @@ def test_metrics_reach_offline_wandb(make_grpo_trainer: Any, tmp_path: Path, mon
     values = [v for _, v in back.series("train/rl_guards/probe/rows")]
     assert values == [float(trainer.args.per_device_train_batch_size)] * 2
     assert any(k.startswith("train/rl_guards/task/") for k in back.keys())
+
+
+def test_stopping_batch_is_dumped_for_the_post_mortem(make_grpo_trainer: Any, tmp_path: Path) -> None:
+    from rl_guards.rollouts.reader import RolloutStore
+    from rl_guards.rollouts.recorder import RolloutRecorder
+
+    out = tmp_path / "stopped"
+    trainer = make_grpo_trainer(max_steps=2, output_dir=str(out))
+    # every_steps=5: step 0 would be dumped anyway, so make the stop happen on a step the period skips.
+    config = {"truncation": {"mode": "raise"}, "rollouts": {"every_steps": 5}}
+
+    class ViolatesAtStep1(AlwaysViolates):
+        def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
+            if batch.step == 1:
+                super().on_batch(batch, report)
+
+    rl_guards.install(trainer, config, guards=[ViolatesAtStep1, RolloutRecorder])
+    with pytest.raises(GuardError, match="step 1"):
+        trainer.train()
+    store = RolloutStore(out)
+    entries = {e["step"]: e for e in store.index()}
+    assert entries[1]["reason"] == "stopped"
+    assert len(store.rows(1)) == trainer.args.per_device_train_batch_size

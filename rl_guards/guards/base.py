@@ -176,6 +176,7 @@ class Guard:
         on_train_begin(report)           # before step 0 (preflight-type checks)
         on_batch(batch, report)          # every generation batch (train and eval), all ranks, same data
         on_save(checkpoint_dir, report)  # after each checkpoint save
+        on_stop(batch, report)           # a guard raised on this batch: last chance to save evidence
         on_train_end(report)
     """
 
@@ -203,6 +204,9 @@ class Guard:
 
     def on_save(self, checkpoint_dir: str, report: Reporter) -> None:
         """Called after the trainer saved a checkpoint."""
+
+    def on_stop(self, batch: RolloutBatch, report: Reporter) -> None:
+        """Another guard is stopping the run on ``batch``: keep what helps the post-mortem (never raise)."""
 
     def on_train_end(self, report: Reporter) -> None:
         """Called once at the end of training."""

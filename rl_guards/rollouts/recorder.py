@@ -248,6 +248,16 @@ class RolloutRecorder(Guard):
         if batch.step % self.config.every_steps == 0:
             self._dump("periodic", None, report)
 
+    def on_stop(self, batch: RolloutBatch, report: Reporter) -> None:
+        """A guard stops the run on this batch: dump it, so the offending rollouts can be read."""
+        if not self.ctx.is_main_process:
+            return
+        if batch.step != self._step:
+            self._step, self._batches, self._table, self._table_batches = batch.step, [], None, 0
+        if not self._batches or self._batches[-1] is not batch:
+            self._batches.append(batch)
+        self._dump("stopped", None, report)
+
     def on_save(self, checkpoint_dir: str, report: Reporter) -> None:
         if not self.ctx.is_main_process or not self.config.on_save or not self._batches:
             return

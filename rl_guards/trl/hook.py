@@ -207,9 +207,21 @@ class GuardRun(TrainerCallback, ExportableState):
             batch = self._build_batch(output, pending, step)
             self.batches_seen += 1
             self.last_batch = batch
-            for guard in self.guards:
-                run_hook(guard, "on_batch", self.session, step, batch)
+            try:
+                for guard in self.guards:
+                    run_hook(guard, "on_batch", self.session, step, batch)
+            except GuardError:
+                self._on_stop(batch, step)
+                raise
         self._flush_metrics()
+
+    def _on_stop(self, batch: RolloutBatch, step: int) -> None:
+        """A guard is stopping the run: let the others save evidence (the recorder dumps the batch)."""
+        for guard in self.guards:
+            try:
+                run_hook(guard, "on_stop", self.session, step, batch)
+            except GuardError:  # already stopping; a second stop adds nothing
+                pass
 
     def _build_batch(self, output: dict[str, Any], pending: tuple[Any, ...], step: int) -> RolloutBatch:
         import torch
