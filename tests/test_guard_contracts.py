@@ -1,0 +1,80 @@
+"""Contract tests over every registered guard (found by introspection of the registry)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from rl_guards.config import GuardConfig, GuardsConfig
+from rl_guards.core.batch import RolloutBatch
+from rl_guards.guards.base import Guard, GuardSession, RunContext, run_hook
+from rl_guards.guards.registry import BATCH_GUARDS
+
+GUARDS = sorted(BATCH_GUARDS, key=lambda cls: cls.name)
+
+
+def _batch(step: int = 0) -> RolloutBatch:
+    """A small, plausible two-task batch: one live group, one dead group."""
+    return RolloutBatch(
+        step=step,
+        mode="train",
+        num_generations=2,
+        reward_names=["r"],
+        reward_weights=[1.0],
+        rewards=[[1.0], [0.0], [1.0], [1.0]],
+        advantages=[0.7, -0.7, 0.0, 0.0],
+        tasks=["a", "a", "b", "b"],
+        completions=["<think>x</think>yes", "no", "ok", "ok"],
+        completion_ids=[[1, 2, 9], [3, 9], [4, 9], [4, 9]],
+        prompt_ids=[[5, 6], [5, 6], [7], [7]],
+        truncated=[False, False, False, False],
+        thinking=[True, False, None, None],
+        max_completion_length=16,
+    )
+
+
+def test_registry_names_are_unique_and_match_config_sections() -> None:
+    names = [cls.name for cls in BATCH_GUARDS]
+    assert len(names) == len(set(names))
+    sections = {f.name for f in dataclasses.fields(GuardsConfig)}
+    for cls in BATCH_GUARDS:
+        assert cls.name, cls
+        assert cls.config_field in sections, f"{cls.__name__}.config_field={cls.config_field!r} not in GuardsConfig"
+
+
+@pytest.mark.parametrize("cls", GUARDS, ids=lambda c: c.name)
+def test_guard_is_documented_and_configurable(cls: type[Guard]) -> None:
+    assert issubclass(cls, Guard)
+    assert cls.__doc__ and len(cls.__doc__.strip()) > 20, f"{cls.__name__} needs a docstring"
+    config = GuardsConfig()
+    guard = cls(config)
+    assert isinstance(guard.config, GuardConfig)
+    assert guard.config.mode in ("raise", "warn", "log")
+    disabled = GuardsConfig.from_dict({cls.config_field: {"enabled": False}})
+    assert cls(disabled).enabled is False
+
+
+@pytest.mark.parametrize("cls", GUARDS, ids=lambda c: c.name)
+def test_guard_metrics_are_namespaced_and_state_round_trips(cls: type[Guard], tmp_path: Path) -> None:
+    config = GuardsConfig.from_dict({cls.config_field: {"mode": "log"}})
+    guard = cls(config)
+    guard.setup(RunContext(output_dir=str(tmp_path)))
+    session = GuardSession()
+    run_hook(guard, "on_train_begin", session, 0)
+    for step in range(3):
+        run_hook(guard, "on_batch", session, step, _batch(step))
+    run_hook(guard, "on_save", session, 3, str(tmp_path / "checkpoint-3"))
+    run_hook(guard, "on_train_end", session, 3)
+    assert (cls.name, "internal_error") not in session.counts, session.findings
+    for key in session.pop_metrics():
+        assert key.startswith((f"rl_guards/{cls.name}/", "rl_guards/task/")), key
+
+    state = guard.state_dict()
+    text = json.dumps(state)  # JSON-serialisable, so it fits trainer_state.json
+    fresh = cls(config)
+    fresh.setup(RunContext(output_dir=str(tmp_path)))
+    fresh.load_state_dict(json.loads(text))
+    assert fresh.state_dict() == state
