@@ -205,6 +205,16 @@ def test_collator_modes_and_sampling(qwen_tok: Any) -> None:
     assert set(batch) >= {"input_ids", "labels"} and warn.pad_token_id == qwen_tok.pad_token_id
 
 
+def test_collator_pickles_for_dataloader_workers(qwen_tok: Any) -> None:
+    import pickle
+
+    collator = MaskCheckingCollator(DataCollatorForLanguageModeling(pad_token_id=qwen_tok.pad_token_id), qwen_tok)
+    copy = pickle.loads(pickle.dumps(collator))
+    assert copy.markers == collator.markers and copy.pad_token_id == qwen_tok.pad_token_id
+    with pytest.raises(MaskingError, match=M.PROMPT_TRAINED):
+        copy([conversation_row(qwen_tok, trained="all")])
+
+
 @pytest.mark.parametrize(
     ("trained", "kind"),
     [("none", M.NOTHING_TRAINED), ("shifted", M.LABEL_MISMATCH), ("assistant", None)],

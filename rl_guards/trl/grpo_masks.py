@@ -13,7 +13,9 @@ kind                   rule
 ``missing_loss``       otherwise every generated token up to and including the first EOS carries loss
 ``tool_mask``          each ``tool_mask == 0`` span starts right after the model's EOS, and starts/ends with the
                        tool-result tokens the chat template renders
-``prompt_leak``        ``completion_ids`` do not start with the prompt's own tail (or head)
+``prompt_leak``        ``completion_ids`` do not start with the prompt's own tail (or head); an overlap made only of
+                       think tags and whitespace (a model re-emitting ``</think>\n\n`` after the template's empty
+                       block) counts only when every row of the batch shows an overlap
 ``prompt_mask``        ``prompt_mask`` is a left-padded block equal to ``prompt_ids != pad``
 =====================  ====================================================================================
 
@@ -146,8 +148,13 @@ def grpo_mask_flags(
     mask_truncated: bool,
     tool_head_ids: Sequence[int] = (),
     tool_tail_ids: Sequence[int] = (),
+    markup_ids: Sequence[int] = (),
 ) -> GRPOMaskFlags:
-    """Apply every rule to a rollout batch, on its device, without a host transfer."""
+    """Apply every rule to a rollout batch, on its device, without a host transfer.
+
+    ``markup_ids``: tokens a model may write itself right after a prompt ending in them (think tags, whitespace);
+    a prompt overlap made only of them is a leak only when every row of the batch overlaps.
+    """
     _check_shapes(output)
     ids = output["completion_ids"]
     cm = _as_int(output["completion_mask"])
@@ -156,9 +163,12 @@ def grpo_mask_flags(
     pids = output["prompt_ids"]
     pm = _as_int(output["prompt_mask"])
     device = ids.device
+    pad = -1 if pad_token_id is None else int(pad_token_id)
+    if ids.size(1) == 0:  # every completion empty: one padding column keeps the reductions defined
+        ids = torch.full((ids.size(0), 1), pad, dtype=ids.dtype, device=device)
+        cm, tm = torch.zeros_like(ids), torch.ones_like(ids)
     b, c = ids.shape
     p = pids.size(1)
-    pad = -1 if pad_token_id is None else int(pad_token_id)
     eos = torch.tensor(sorted({int(e) for e in eos_token_ids}) or [-1], device=device, dtype=ids.dtype)
     pos = torch.arange(c, device=device).expand(b, c)
 
@@ -174,7 +184,7 @@ def grpo_mask_flags(
     pad_is_eos = pad in {int(e) for e in eos_token_ids}
     ambiguous = has_term & (ids.gather(1, at).squeeze(1) == pad) & (loss.gather(1, at).squeeze(1) == 0) & pad_is_eos
     has_eos = has_term & ~ambiguous
-    last_real = torch.where(ids != pad, pos, torch.full_like(pos, -1)).amax(dim=1) if c else first - 1
+    last_real = torch.where(ids != pad, pos, torch.full_like(pos, -1)).amax(dim=1)
     content_end = torch.where(has_eos, first, torch.where(ambiguous, first - 1, last_real))
     in_content = pos <= content_end.unsqueeze(1)
     positive = loss != 0
@@ -208,12 +218,15 @@ def grpo_mask_flags(
     n_prompt = real.sum(dim=1)
     leak_len = torch.zeros(b, dtype=torch.long, device=device)
     leak_one = torch.zeros(b, dtype=torch.bool, device=device)
+    leak_markup = torch.zeros(b, dtype=torch.bool, device=device)  # the longest tail overlap is markup only
+    markup = torch.isin(ids, torch.tensor(sorted({int(t) for t in markup_ids}) or [-1], device=device, dtype=ids.dtype))
     for k in range(1, min(M.LEAK_WINDOW, p, c) + 1):
         match = (ids[:, :k] == pids[:, p - k :]).all(dim=1) & (n_prompt >= k)
         if k == 1:
             leak_one = match
         else:
             leak_len = torch.where(match, torch.full_like(leak_len, k), leak_len)
+            leak_markup = torch.where(match, markup[:, :k].all(dim=1), leak_markup)
     m = min(M.REPEAT_WINDOW, c)
     if m >= 2 and p >= m:
         head_idx = ((p - n_prompt).unsqueeze(1) + torch.arange(m, device=device)).clamp(max=p - 1)
@@ -222,6 +235,10 @@ def grpo_mask_flags(
     # A single repeated token (a newline) happens by chance; on every row of a batch it is an off-by-one slice.
     uniform = leak_one.all() & (b >= M.UNIFORM_LEAK_MIN_ROWS)
     leak_len = torch.where((leak_len == 0) & leak_one & uniform, torch.ones_like(leak_len), leak_len)
+    # Think tags and whitespace repeated after a prompt ending in them are often the model's own output (a stray
+    # "</think>\n\n" after the empty block); a slice bug shows an overlap on every row.
+    systematic = (leak_one | (leak_len > 0)).all() & (b >= M.UNIFORM_LEAK_MIN_ROWS)
+    leak_len = torch.where(leak_markup & ~systematic, torch.zeros_like(leak_len), leak_len)
     bad[M.PROMPT_LEAK] = pos < leak_len.unsqueeze(1)
 
     # Prompt mask: a left-padded 0...01...1 block equal to prompt_ids != pad.
@@ -258,6 +275,7 @@ def check_grpo_batch(
     mask_truncated: bool,
     tool_head_ids: Sequence[int] = (),
     tool_tail_ids: Sequence[int] = (),
+    markup_ids: Sequence[int] = (),
 ) -> M.MaskReport:
     """Check one rollout batch (the dict ``_generate_and_score_completions`` returns); no trainer needed.
 
@@ -270,6 +288,7 @@ def check_grpo_batch(
         mask_truncated=mask_truncated,
         tool_head_ids=tool_head_ids,
         tool_tail_ids=tool_tail_ids,
+        markup_ids=markup_ids,
     )
     counts = torch.cat([flags.rows.sum(dim=0), flags.rows.any(dim=1).sum().unsqueeze(0)]).tolist()
     return _report_from_counts(counts, flags.rows.size(0), flags)
@@ -349,6 +368,7 @@ class GRPOMaskGuard(Guard):
         self.checked = 0
         self._tool_markers: tuple[list[int], list[int]] | None = None
         self._tool_markers_done = False
+        self._markup: dict[int, bool] = {}  # token id -> think tag or whitespace only (decoded once)
 
     # ----- state -------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -380,6 +400,19 @@ class GRPOMaskGuard(Guard):
                 )
         return self._tool_markers or ([], [])
 
+    def _markup_ids(self, output: Mapping[str, Any]) -> list[int]:
+        """Among the prompts' last tokens (all a leak can repeat), those that are think tags or whitespace."""
+        tok = self.ctx.tokenizer
+        pids = output.get("prompt_ids")
+        if tok is None or not isinstance(pids, torch.Tensor) or pids.dim() != 2:
+            return []
+        tags = self.guards_config.think_tags
+        for token in torch.unique(pids[:, -M.LEAK_WINDOW :]).tolist():
+            if token not in self._markup:
+                text = tok.decode([int(token)], skip_special_tokens=False)
+                self._markup[token] = not text.replace(tags.open_tag, "").replace(tags.close_tag, "").strip()
+        return [t for t, is_markup in self._markup.items() if is_markup]
+
     def check_tensors(self, output: Mapping[str, Any], report: Reporter) -> None:
         """Check one rollout batch (local rows); all ranks reach the same verdict."""
         self.calls += 1
@@ -400,6 +433,7 @@ class GRPOMaskGuard(Guard):
                 mask_truncated=mask_truncated,
                 tool_head_ids=head,
                 tool_tail_ids=tail,
+                markup_ids=self._markup_ids(output),
             )
             local = torch.cat(
                 [
