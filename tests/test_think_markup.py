@@ -99,6 +99,8 @@ THINK_CASES = [
     ("slash_space", "<think>a</ think>b", False, "anomalous", (PT, UO), ""),
     ("thinking_variant", "<thinking>a</thinking>b", False, "anomalous", (PT,), "<thinking>a</thinking>b"),
     ("self_closing", "<think/>four", False, "anomalous", (PT,), "<think/>four"),
+    ("cut_prefix_not_at_end", "<thi ", False, "answer", (), "<thi"),
+    ("cut_tags_repeated", "a<thi<thi", False, "anomalous", (PT,), "a<thi"),
     ("unspaced_word_after", "<think about it> four", False, "anomalous", (PT,), "<think about it> four"),
     # prompt-opened block (template prefilled <think>)
     ("po_ok", "reasoning</think>\n\nfour", True, "thinking", (), "four"),

@@ -127,6 +127,7 @@ INFORMATIONAL: frozenset[str] = frozenset({EMPTY_THINKING, IDS_TEXT_MISMATCH})
 ALL_CODES: tuple[str, ...] = tuple(sorted(MALFORMED | INFORMATIONAL | {TAG_IN_NONTHINKING}))
 
 _MIN_PARTIAL = 4  # shortest tag prefix at the end of a text counted as a truncated tag ("<thi", "</th")
+_NONSPACE = re.compile(r"\S")
 _XML_TAG = re.compile(r"</?([A-Za-z][A-Za-z0-9_]*)>")
 
 
@@ -150,10 +151,16 @@ class ThinkMarkup:
     @property
     def tag_name(self) -> str | None:
         """``think`` for ``<think>``/``</think>``-style markups; None when the tags are not ``<name>``-shaped."""
-        mo, mc = _XML_TAG.fullmatch(self.open_tag), _XML_TAG.fullmatch(self.close_tag)
-        if mo and mc and self.open_tag == f"<{mo.group(1)}>" and self.close_tag == f"</{mo.group(1)}>":
-            return mo.group(1)
-        return None
+        return _tag_name(self.open_tag, self.close_tag)
+
+
+@lru_cache(maxsize=64)
+def _tag_name(open_tag: str, close_tag: str) -> str | None:
+    # Cached: scan() asks once per completion, and two regex matches cost more than the rest of a short scan.
+    mo, mc = _XML_TAG.fullmatch(open_tag), _XML_TAG.fullmatch(close_tag)
+    if mo and mc and open_tag == f"<{mo.group(1)}>" and close_tag == f"</{mo.group(1)}>":
+        return mo.group(1)
+    return None
 
 
 THINK = ThinkMarkup()
@@ -189,9 +196,27 @@ class MarkupVerdict:
 
 
 # ----- scanning ---------------------------------------------------------------------------------------------
-def _tag_events(text: str, markup: ThinkMarkup) -> list[tuple[int, int, bool]]:
-    """Sorted, non-overlapping ``(start, end, is_open)`` of every exact tag."""
-    events: list[tuple[int, int, bool]] = []
+def _tag_events(text: str, markup: ThinkMarkup) -> tuple[list[tuple[int, int, bool]], bool]:
+    """Sorted, non-overlapping ``(start, end, is_open)`` of every exact tag, and whether a near-miss tag occurs.
+
+    ``<name>``-style markups take one regex pass that finds exact and near-miss tags alike; others use
+    ``str.find`` per tag (near misses are not defined for them).
+    """
+    name = markup.tag_name
+    if name is not None:
+        open_tag, close_tag = markup.open_tag, markup.close_tag
+        events: list[tuple[int, int, bool]] = []
+        near = False
+        for m in _near_miss_regex(name).finditer(text):
+            s = m.start()
+            if text.startswith(open_tag, s):
+                events.append((s, s + len(open_tag), True))
+            elif text.startswith(close_tag, s):
+                events.append((s, s + len(close_tag), False))
+            elif not near:
+                near = _is_near_miss(text, s, m.end(), name)
+        return events, near
+    events = []
     for tag, is_open in ((markup.open_tag, True), (markup.close_tag, False)):
         n = len(tag)
         i = text.find(tag)
@@ -199,7 +224,7 @@ def _tag_events(text: str, markup: ThinkMarkup) -> list[tuple[int, int, bool]]:
             events.append((i, i + n, is_open))
             i = text.find(tag, i + n)
     if not events:
-        return events
+        return events, False
     events.sort()
     kept = [events[0]]
     for ev in events[1:]:
@@ -207,7 +232,7 @@ def _tag_events(text: str, markup: ThinkMarkup) -> list[tuple[int, int, bool]]:
             kept.append(ev)
         elif ev[1] - ev[0] > kept[-1][1] - kept[-1][0]:  # overlapping tags: keep the longer one
             kept[-1] = ev
-    return kept
+    return kept, False
 
 
 @dataclass
@@ -227,11 +252,11 @@ def _walk(
     """Run the block state machine. ``text=None`` (token ids) skips the codes that need visible text."""
 
     def visible(a: int, b: int) -> bool:
-        return text is not None and a < b and not text[a:b].isspace()
+        return text is not None and a < b and _NONSPACE.search(text, a, b) is not None
 
     def visible_thinking(a: int, b: int) -> bool:
         if not header or not visible(a, b):
-            return visible(a, b)
+            return False if header else visible(a, b)
         seg = text[a:b].strip()  # type: ignore[index]
         return bool(seg[len(header) :].strip()) if seg.startswith(header) else True
 
@@ -302,33 +327,37 @@ def _walk(
     return _Walk(codes, blocks, closed, inside, answer_parts, think_parts, after_last_close)
 
 
-def _partial_tags(text: str, markup: ThinkMarkup) -> bool:
-    """A truncated tag at the very end, or (``<name>`` markups) a near-miss tag anywhere."""
-    if not (text.endswith(markup.open_tag) or text.endswith(markup.close_tag)):
-        for tag in (markup.open_tag, markup.close_tag):
-            for k in range(len(tag) - 1, _MIN_PARTIAL - 1, -1):
-                if text.endswith(tag[:k]):
-                    return True
-    name = markup.tag_name
-    if name is None:
-        return False
+def _cut_tag_at_end(text: str, markup: ThinkMarkup) -> int:
+    """Length of a truncated tag ending the text (a proper prefix of ``_MIN_PARTIAL``+ characters), else 0."""
     n = len(text)
-    for m in _near_miss_regex(name).finditer(text):
-        s = m.start()
-        if text.startswith(markup.open_tag, s) or text.startswith(markup.close_tag, s):
-            continue
-        j = m.end()
-        if text[j : j + 3].lower() == "ing":
-            j += 3
-        k = j
-        while k < n and k - j < 3 and text[k] in " \t":
-            k += 1
-        if k >= n or text[k] == ">":
-            return True  # <THINK>, < think>, <think >, <thinking>, or a tag cut by the end of the text
-        spaced = m.end() - s != len(name) + 1 + (text[s + 1 : s + 2] == "/")
-        if not spaced and j < n and not (text[j].isalnum() or text[j] == "_"):
-            return True  # "</think" + newline, "<think/>", "<think about it": unspaced, not another word
-    return False
+    best = 0
+    for tag in (markup.open_tag, markup.close_tag):
+        if text.endswith(tag):
+            return 0
+        # Candidates start at an occurrence of the tag's first character within the last len(tag)-1 characters.
+        i = text.find(tag[0], max(0, n - len(tag) + 1))
+        while 0 <= i <= n - _MIN_PARTIAL:
+            if n - i > best and tag.startswith(text[i:]):
+                best = n - i
+                break
+            i = text.find(tag[0], i + 1)
+    return best
+
+
+def _is_near_miss(text: str, s: int, e: int, name: str) -> bool:
+    """``text[s:e]`` is ``<``, blanks, ``/``, blanks, the name in any case, and not an exact tag: is it a tag?"""
+    n = len(text)
+    j = e
+    if text[j : j + 3].lower() == "ing":
+        j += 3
+    k = j
+    while k < n and k - j < 3 and text[k] in " \t":
+        k += 1
+    if k >= n or text[k] == ">":
+        return True  # <THINK>, < think>, <think >, <thinking>, or a tag cut by the end of the text
+    spaced = e - s != len(name) + 1 + (text[s + 1 : s + 2] == "/")
+    # "</think" + newline, "<think/>", "<think about it": unspaced and not another word (<thinker>, <think_x>)
+    return not spaced and j < n and not (text[j].isalnum() or text[j] == "_")
 
 
 @lru_cache(maxsize=16)
@@ -338,30 +367,50 @@ def _near_miss_regex(name: str) -> re.Pattern[str]:
 
 
 def _id_events(token_ids: Sequence[int], open_id: int, close_id: int) -> list[tuple[int, int, bool]]:
-    return [(i, i + 1, t == open_id) for i, t in enumerate(token_ids) if t == open_id or t == close_id]
+    # list.index scans in C: a completion has thousands of ids and a handful of tags.
+    ids = token_ids if isinstance(token_ids, list) else list(token_ids)
+    events: list[tuple[int, int, bool]] = []
+    for tag, is_open in ((open_id, True), (close_id, False)):
+        i = -1
+        while True:
+            try:
+                i = ids.index(tag, i + 1)
+            except ValueError:
+                break
+            events.append((i, i + 1, is_open))
+    events.sort()
+    return events
 
 
-def _clean_answer(text: str, parts: list[tuple[int, int]], markup: ThinkMarkup) -> str:
+def _clean_answer(text: str, parts: list[tuple[int, int]], markup: ThinkMarkup, cut: int = 0) -> str:
+    """Join the answer parts; drop a tag cut by the end of the text (``cut`` chars), framing, and trailers."""
+    if cut and parts and parts[-1][1] == len(text):
+        parts = [*parts[:-1], (parts[-1][0], len(text) - cut)]
     answer = "\n".join(piece for a, b in parts if a < b and (piece := text[a:b].strip()))
     if markup.answer_marker:
         k = answer.rfind(markup.answer_marker)
         if k >= 0:
             answer = answer[k + len(markup.answer_marker) :]
     answer = answer.strip()
+    if not markup.trailers:
+        return answer
+    # Trailers may repeat ("<|return|><|return|>"): move an end index rather than slice, so this stays linear.
+    end = len(answer)
     changed = True
-    while changed and answer:
+    while changed and end:
         changed = False
         for trailer in markup.trailers:
-            if trailer and answer.endswith(trailer):
-                answer = answer[: -len(trailer)].rstrip()
+            if trailer and answer.endswith(trailer, 0, end):
+                end = _rstrip_end(answer, end - len(trailer))
                 changed = True
-        for tag in (markup.open_tag, markup.close_tag):
-            for k in range(len(tag) - 1, _MIN_PARTIAL - 1, -1):
-                if answer.endswith(tag[:k]):
-                    answer = answer[:-k].rstrip()
-                    changed = True
-                    break
-    return answer
+    return answer[:end]
+
+
+def _rstrip_end(text: str, end: int) -> int:
+    """The end index of ``text[:end].rstrip()``, without copying."""
+    while end > 0 and text[end - 1].isspace():
+        end -= 1
+    return end
 
 
 def _clean_thinking(text: str, parts: list[tuple[int, int]], markup: ThinkMarkup) -> str:
@@ -387,16 +436,19 @@ def scan(
     """Classify one completion's think markup. Never raises on any ``str``; linear in ``len(text)``."""
     if not isinstance(text, str):
         raise TypeError(f"scan() needs a str, got {type(text).__name__}")
-    events = _tag_events(text, markup)
+    events, near_miss = _tag_events(text, markup)
     open_count = sum(1 for e in events if e[2])
     close_count = len(events) - open_count
     walk = _walk(events, len(text), prompt_opened, text, markup.open_header)
     codes = walk.codes
-    answer = _clean_answer(text, walk.answer_parts, markup)
+    cut = _cut_tag_at_end(text, markup)
+    answer = _clean_answer(text, walk.answer_parts, markup, cut)
     thinking = _clean_thinking(text, walk.think_parts, markup)
-    if walk.closed and not walk.inside and not _clean_answer(text, walk.answer_parts[walk.after_last_close :], markup):
-        codes.add(EMPTY_ANSWER)
-    if _partial_tags(text, markup):
+    if walk.closed and not walk.inside:
+        last = walk.answer_parts[walk.after_last_close :]
+        if not (answer if walk.after_last_close == 0 else _clean_answer(text, last, markup, cut)):
+            codes.add(EMPTY_ANSWER)
+    if near_miss or cut:
         codes.add(PARTIAL_TAG)
 
     id_open = id_close = None
@@ -413,7 +465,7 @@ def scan(
                 # that were skipped): the ids are the ground truth for the block structure.
                 codes -= MALFORMED - {PARTIAL_TAG}
                 blocks, closed, inside = id_walk.blocks, id_walk.closed, id_walk.inside
-                answer, thinking = _clean_answer(text, [(0, len(text))], markup), ""
+                answer, thinking = _clean_answer(text, [(0, len(text))], markup, cut), ""
         codes |= id_walk.codes
 
     anomalies = tuple(sorted(codes))
