@@ -1,0 +1,116 @@
+"""PreflightGuard: one report before step 0 on template paths, optimisation choices, group size, length cap.
+
+::
+
+    setup(ctx)                  # the trainer's args, tokenizer, datasets, rendering path
+    on_train_begin(report)      # build the report, print it (main process), log counts + W&B panel,
+                                # blocking findings -> PreflightError (raise) / warn once each / count
+
+Metrics (logged once, at train start):
+
+=================================  =====================================================
+key                                meaning
+=================================  =====================================================
+``rl_guards/preflight/blocking``   blocking findings (eval rendered differently, cap far below the probe)
+``rl_guards/preflight/warnings``   warnings (length bias, warm-up ignored, small groups, no length probe, ...)
+=================================  =====================================================
+
+W&B (when a run is active, main process): ``rl_guards/preflight/findings`` (a table: severity, topic, code,
+message, fix) and ``rl_guards/preflight/report`` (the rendered report as HTML). Warnings are recorded as
+observations (``report.info``) so they appear in the end-of-run summary; only blocking findings are violations.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+from typing import Any, ClassVar
+
+from rl_guards.config import GuardsConfig, PreflightConfig
+from rl_guards.core.preflight import PreflightFinding, PreflightReport
+from rl_guards.errors import PreflightError
+from rl_guards.guards.base import Guard, Reporter
+
+logger = logging.getLogger("rl_guards")
+
+WANDB_TABLE_KEY = "rl_guards/preflight/findings"
+WANDB_REPORT_KEY = "rl_guards/preflight/report"
+
+
+class PreflightGuard(Guard):
+    """Builds, prints and logs the preflight report at train start; blocking findings stop a raise-mode run."""
+
+    name: ClassVar[str] = "preflight"
+    config_field: ClassVar[str] = "preflight"
+
+    def __init__(self, config: GuardsConfig) -> None:
+        super().__init__(config)
+        self.config: PreflightConfig = config.preflight
+        self.last_report: PreflightReport | None = None
+
+    def build_report(self) -> PreflightReport:
+        """The report for the run in ``self.ctx`` (rendering goes through the trainer's own path)."""
+        # The adapter only duck-types the tokenizer; imported here to keep this module framework-free.
+        from rl_guards.trl.preflight import build_report_from_context
+
+        return build_report_from_context(self.ctx, self.config, task_column=self.guards_config.tasks.task_column)
+
+    def on_train_begin(self, report: Reporter) -> None:
+        result = self.build_report()
+        self.last_report = result
+        counts = result.counts()
+        report.metric("blocking", float(counts["blocking"]))
+        report.metric("warnings", float(counts["warning"]))
+        if self.ctx.is_main_process:
+            print(result.render(), flush=True)
+            log_to_wandb(result)
+        for finding in result.warnings:
+            report.info(finding.code, f"{finding.message} Fix: {finding.fix}")
+        blocking = result.blocking
+        if not blocking:
+            return
+        if self.config.mode == "raise":  # one error listing every blocking finding
+            report.violation("blocking", blocking_message(blocking), PreflightError)
+        else:  # warned once / counted per finding code
+            for finding in blocking:
+                report.violation(finding.code, blocking_message([finding]), PreflightError)
+
+
+def blocking_message(findings: list[PreflightFinding]) -> str:
+    """Error text for blocking findings: what, how to fix, and the diff when there is one."""
+    lines = [f"{len(findings)} blocking preflight finding(s) before step 0:"]
+    for f in findings:
+        lines.append(f"- [{f.topic}/{f.code}] {f.message}")
+        if f.fix:
+            lines.append(f"  fix: {f.fix}")
+        if f.detail:
+            lines.append("  " + f.detail.replace("\n", "\n  "))
+    return "\n".join(lines)
+
+
+def log_to_wandb(result: PreflightReport) -> bool:
+    """Log the findings table and the rendered report to the active W&B run; never raises."""
+    try:
+        from rl_guards.trl import wandb_io
+
+        if wandb_io.active_run() is None:
+            return False
+        import wandb
+
+        rows = [[f.severity, f.topic, f.code, f.message, f.fix] for f in result.sorted_findings()]
+        table = wandb_io.table(["severity", "topic", "code", "message", "fix"], rows)
+        data: dict[str, Any] = {WANDB_REPORT_KEY: wandb.Html(f"<pre>{html.escape(result.render())}</pre>")}
+        if table is not None:
+            data[WANDB_TABLE_KEY] = table
+        logged = wandb_io.log(data)
+        counts = result.counts()
+        wandb_io.set_summary(
+            {"rl_guards/preflight/blocking": counts["blocking"], "rl_guards/preflight/warnings": counts["warning"]}
+        )
+        return logged
+    except Exception as exc:  # W&B problems never stop a run
+        logger.warning("rl_guards: could not log the preflight report to W&B: %s", exc)
+        return False
+
+
+__all__ = ["PreflightGuard", "blocking_message", "log_to_wandb"]
