@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     dataset = make_dataset(n_per_task=example_args.n_per_task, thinking="mixed")
     from rl_guards.rewards.routing import route
     from rl_guards.rewards.stray_think import StrayThinkPenalty
+    from rl_guards.trl.thinking_mix import honour_thinking_column
 
     penalty = StrayThinkPenalty.from_config(guards_config.stray_think_penalty)
     reward_funcs = [*route({"arith": [arith_correct], "echo": [echo_match]}), length_penalty, penalty]
@@ -91,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         args=grpo_args,
         train_dataset=dataset,
     )
+    # TRL renders every prompt with one global chat_template_kwargs; make it honour the per-row flag.
+    honour_thinking_column(trainer, column=guards_config.think_tags.thinking_column)
     run = rl_guards.install(trainer, guards_config)
     start = time.perf_counter()
     trainer.train()

@@ -93,10 +93,6 @@ def test_ignored_non_thinking_flag_stops_the_run(make_grpo_trainer: Any) -> None
         trainer.train()
 
 
-@pytest.mark.xfail(
-    reason="hook: metrics of on_train_begin go to trainer._metrics['eval'] (the model is not in train mode yet)",
-    strict=False,
-)
 def test_findings_metric_reaches_log_history(make_grpo_trainer: Any) -> None:
     trainer = make_grpo_trainer(
         max_steps=1,

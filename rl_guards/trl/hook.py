@@ -318,11 +318,11 @@ class GuardRun(TrainerCallback, ExportableState):
             out.append(cache[tail])
         return out
 
-    def _flush_metrics(self) -> None:
+    def _flush_metrics(self, mode: str | None = None) -> None:
         metrics = self.session.pop_metrics()
         if not metrics:
             return
-        buffer = self.trainer._metrics[self._mode()]
+        buffer = self.trainer._metrics[mode or self._mode()]
         for key, values in metrics.items():
             clean = [v for v in values if not math.isnan(v)]
             if clean:
@@ -334,7 +334,8 @@ class GuardRun(TrainerCallback, ExportableState):
         for guard in self.guards:
             run_hook(guard, "on_train_begin", self.session, int(state.global_step))
         self._share_template_verdict()
-        self._flush_metrics()
+        # The model is not yet in train mode here; these metrics belong to the first training log.
+        self._flush_metrics("train")
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         import os
