@@ -193,17 +193,10 @@ def answer_length_judge(completions: list[Any], **kwargs: Any) -> list[float]:
 
 
 @pytest.mark.slow
-def test_blind_judge_in_real_grpo_run(tmp_path: Any) -> None:
-    from trl import GRPOTrainer
-
-    tiny = testing.tiny_setup()
+def test_blind_judge_in_real_grpo_run(make_grpo_trainer: Any) -> None:
     judge = blind_judge(answer_length_judge)
-    trainer = GRPOTrainer(
-        model=tiny.model_dir,
-        processing_class=tiny.tokenizer,
-        reward_funcs=[testing.arith_correct, judge],
-        args=testing.tiny_grpo_config(tmp_path / "out", max_steps=2),
-        train_dataset=testing.make_dataset(thinking=True),
+    trainer = make_grpo_trainer(
+        reward_funcs=[testing.arith_correct, judge], train_dataset=testing.make_dataset(thinking=True), max_steps=2
     )
     assert trainer.reward_func_names == ["arith_correct", "answer_length_judge"]
     trainer.train()

@@ -174,18 +174,13 @@ testing = pytest.importorskip("rl_guards.testing")
 
 
 @pytest.mark.slow
-def test_penalty_in_real_grpo_run(tmp_path: Any) -> None:
-    from trl import GRPOTrainer
-
-    tiny = testing.tiny_setup()
+def test_penalty_in_real_grpo_run(make_grpo_trainer: Any, tiny: Any) -> None:
     penalty = StrayThinkPenalty.from_guards_config(GuardsConfig(), tokenizer=tiny.tokenizer)
     assert penalty.open_id == tiny.tokenizer.convert_tokens_to_ids("<think>")
-    trainer = GRPOTrainer(
-        model=tiny.model_dir,
-        processing_class=tiny.tokenizer,
+    trainer = make_grpo_trainer(
         reward_funcs=[testing.arith_correct, testing.echo_match, penalty],
-        args=testing.tiny_grpo_config(tmp_path / "out", max_steps=2),
         train_dataset=testing.make_dataset(thinking="mixed"),
+        max_steps=2,
     )
     assert "stray_think_penalty" in trainer.reward_func_names
     trainer.train()

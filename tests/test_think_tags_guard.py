@@ -257,19 +257,10 @@ def test_ids_show_thinking_the_text_lost(tokenizer: Any) -> None:
 
 # ----- on a real GRPOTrainer -------------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_monitor_on_real_grpo_run(tmp_path: Any) -> None:
-    from trl import GRPOTrainer
-
+def test_monitor_on_real_grpo_run(make_grpo_trainer: Any, tiny: Any) -> None:
     import rl_guards
 
-    tiny = testing.tiny_setup()
-    trainer = GRPOTrainer(
-        model=tiny.model_dir,
-        processing_class=tiny.tokenizer,
-        reward_funcs=[testing.arith_correct, testing.echo_match],
-        args=testing.tiny_grpo_config(tmp_path / "out", max_steps=2),
-        train_dataset=testing.make_dataset(thinking="mixed"),
-    )
+    trainer = make_grpo_trainer(max_steps=2, train_dataset=testing.make_dataset(thinking="mixed"))
     config = GuardsConfig.from_dict({"think_tags": {"mode": "log"}})
     run = rl_guards.install(trainer, config, guards=[ThinkTagsMonitor])
     trainer.train()
