@@ -10,10 +10,16 @@ import pytest
 
 from rl_guards.config import GuardsConfig
 from rl_guards.core.batch import RolloutBatch
-from rl_guards.core.think_markup import ALL_CODES, GEMMA4, GPTOSS, THINK
+from rl_guards.core.think_markup import ALL_CODES, GEMMA4, GPTOSS, THINK, ThinkMarkup
 from rl_guards.errors import ThinkMarkupError
 from rl_guards.guards.base import GuardSession, RLGuardsWarning, RunContext
-from rl_guards.guards.think_tags import ThinkTagsMonitor, display_text, markup_from_config, tag_token_ids
+from rl_guards.guards.think_tags import (
+    ThinkTagsMonitor,
+    display_text,
+    markup_from_config,
+    tag_token_ids,
+    tags_are_special,
+)
 
 OK = "<think>reason</think>\n\n4"
 PLAIN = "4"
@@ -222,6 +228,9 @@ def test_tag_token_ids(tokenizer: Any) -> None:
     )
     assert tag_token_ids(tokenizer, GPTOSS) == (None, None)  # multi-token tags
     assert tag_token_ids(None, THINK) == (None, None)
+    assert not tags_are_special(tokenizer, THINK)  # Qwen3: <think> survives skip_special_tokens
+    assert tags_are_special(tokenizer, ThinkMarkup("<|im_start|>", "<|im_end|>"))
+    assert not tags_are_special(None, THINK)
 
 
 def test_prompt_opened_read_from_prompt_ids(tokenizer: Any) -> None:
@@ -273,3 +282,17 @@ def test_monitor_on_real_grpo_run(make_grpo_trainer: Any, tiny: Any) -> None:
     assert batch is not None and None not in batch.thinking
     assert math.isclose(shares[-1], sum(batch.thinking) / len(batch))
     assert run.guard("think_tags").open_id == tiny.tokenizer.convert_tokens_to_ids("<think>")
+
+
+def test_special_token_tags_scanned_on_decoded_ids(tokenizer: Any) -> None:
+    """Tags that are special tokens vanish from TRL's text; the guard decodes the ids with specials kept."""
+    config = GuardsConfig.from_dict(
+        {"think_tags": {"mode": "log", "open_tag": "<|box_start|>", "close_tag": "<|box_end|>"}}
+    )
+    ids = tokenizer.encode("<|box_start|>reason<|box_end|>4", add_special_tokens=False)
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    assert text == "reason4"  # what a reward function would see
+    batch = make_batch([(text, True, False, "a"), (text, False, False, "a")], completion_ids=[ids, ids])
+    metrics, _ = run_guard(batch, config, ctx=_ctx(tokenizer))
+    assert metrics[m("rate/ids_text_mismatch")] == 0.0  # the decoded text has the tags
+    assert metrics[m("rate/tag_in_nonthinking")] == 0.5 and metrics[m("anomalous_rate")] == 0.5

@@ -22,6 +22,11 @@ key                                                      value
 =======================================================  ===================================================
 
 The reward itself appears in TRL's own ``rewards/stray_think_penalty/mean``.
+
+Limit: TRL decodes completions with ``skip_special_tokens=True``. Where the tags are special tokens (gemma4's
+channel tokens, every gpt-oss harmony token) the text has no markup left; pass ``open_id``/``close_id`` (or a
+tokenizer to :meth:`StrayThinkPenalty.configure`) so single-token tags are counted on ids. gpt-oss's multi-token
+``<|channel|>analysis<|message|>`` cannot be counted on ids: use the monitor, which decodes with specials kept.
 """
 
 from __future__ import annotations
