@@ -93,11 +93,6 @@ def test_warn_mode_trains_and_logs_the_wandb_panel(tiny: Any, tmp_path: Path, mo
     assert any("eval_template_mismatch" in p.read_text() for p in html_files)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hook: GuardRun.on_train_begin flushes into trainer._metrics['eval'] (the model is not in train mode "
-    "before step 0), so train-start metrics never reach log_history",
-)
 def test_finding_counts_reach_log_history(tiny: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trainer, run, offline = _warn_mode_run(tiny, tmp_path, monkeypatch)
     history = [row for row in trainer.state.log_history if "rl_guards/preflight/blocking" in row]

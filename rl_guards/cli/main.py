@@ -7,7 +7,7 @@ import importlib
 import sys
 
 # Subcommand modules under rl_guards.cli; each defines register(subparsers) -> None.
-COMMAND_MODULES: list[str] = ["check_template", "probe_lengths", "rollouts", "report"]
+COMMAND_MODULES: list[str] = ["check_template", "preflight", "probe_lengths", "rollouts", "report"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -56,6 +56,9 @@ class PreflightGuard(Guard):
         return build_report_from_context(self.ctx, self.config, task_column=self.guards_config.tasks.task_column)
 
     def on_train_begin(self, report: Reporter) -> None:
+        if self.ctx.tokenizer is None or self.ctx.args is None:
+            report.info("skipped", "no preflight report: the run context has no trainer args or tokenizer")
+            return
         result = self.build_report()
         self.last_report = result
         counts = result.counts()

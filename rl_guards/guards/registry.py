@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from rl_guards.guards.base import Guard
 from rl_guards.guards.dead_groups import DeadGroupGuard
+from rl_guards.guards.preflight import PreflightGuard
 from rl_guards.guards.reward_sanity import RewardSanityGuard
 from rl_guards.guards.routing import RoutingGuard
 from rl_guards.guards.slicing import SlicingGuard
@@ -20,6 +21,7 @@ from rl_guards.rollouts.recorder import RolloutRecorder
 from rl_guards.trl.grpo_masks import GRPOMaskGuard
 
 BATCH_GUARDS: list[type[Guard]] = [
+    PreflightGuard,
     DoubleThinkGuard,
     RewardSanityGuard,
     GRPOMaskGuard,
