@@ -7,6 +7,7 @@ Tests never touch the network or the user's home: the hub and W&B are offline, a
 from __future__ import annotations
 
 import os
+import sys
 
 # Before torch / transformers / wandb are imported anywhere.
 os.environ["WANDB_MODE"] = "offline"  # forced: a test must never send a run anywhere
@@ -39,6 +40,22 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+@pytest.fixture(autouse=True)
+def _fresh_wandb_settings() -> Iterator[None]:
+    """Tear W&B's process-wide setup down after a test that used it.
+
+    wandb reads ``WANDB_DIR`` / ``WANDB_MODE`` once per process (its setup singleton), so without this a test's
+    ``monkeypatch.setenv("WANDB_DIR", tmp_path)`` is ignored after an earlier test ran W&B, and its run lands in
+    the earlier test's folder.
+    """
+    yield
+    if "wandb" in sys.modules:
+        wandb = sys.modules["wandb"]
+        if getattr(wandb, "run", None) is not None:
+            wandb.finish()
+        wandb.teardown()
 
 
 @pytest.fixture(scope="session")
