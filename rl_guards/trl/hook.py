@@ -36,6 +36,7 @@ from transformers.trainer_callback import ExportableState
 
 from rl_guards.config import GuardsConfig
 from rl_guards.core.batch import RolloutBatch, nan_to_none
+from rl_guards.core.run_summary import task_summary_text
 from rl_guards.errors import ConfigError, GuardError, IncompatibleTrainerError
 from rl_guards.guards.base import Guard, GuardSession, RunContext, run_hook
 from rl_guards.guards.registry import BATCH_GUARDS
@@ -403,6 +404,9 @@ class GuardRun(TrainerCallback, ExportableState):
     def summary(self) -> str:
         """Readable table of findings, plus unavailable guards."""
         text = self.session.summary_text()
+        tasks = task_summary_text(getattr(self.trainer.state, "log_history", []) or [])
+        if tasks:
+            text += "\n" + tasks
         if self.unavailable:
             text += "\nunavailable: " + ", ".join(f"{k} ({v})" for k, v in sorted(self.unavailable.items()))
         return text

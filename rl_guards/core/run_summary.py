@@ -1,0 +1,48 @@
+"""End-of-run per-task table from a trainer's ``log_history`` (pure: lists of dicts in, text out)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+TASK_PREFIX = "rl_guards/task/"
+# (metric suffix, column title): the per-task curves a reader checks first.
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("reward_mean", "reward"),
+    ("dead_group_share", "dead groups"),
+    ("truncated_rate", "truncated"),
+    ("think/anomalous_rate", "think anomalies"),
+    ("think/thinking_share", "thinking share"),
+)
+
+
+def task_curves(log_history: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    """task -> metric -> values in logging order (None/NaN skipped)."""
+    curves: dict[str, dict[str, list[float]]] = {}
+    for row in log_history:
+        for key, value in row.items():
+            if not key.startswith(TASK_PREFIX) or not isinstance(value, int | float):
+                continue
+            if isinstance(value, float) and math.isnan(value):
+                continue
+            task, _, metric = key[len(TASK_PREFIX) :].partition("/")
+            curves.setdefault(task, {}).setdefault(metric, []).append(float(value))
+    return curves
+
+
+def task_summary_text(log_history: Sequence[dict[str, Any]]) -> str:
+    """One line per task: first → last value of each key curve (empty string when there are no task metrics)."""
+    curves = task_curves(log_history)
+    if not curves:
+        return ""
+    width = max(len("task"), *(len(t) for t in curves))
+    header = "  " + "task".ljust(width) + "".join(f"  {title:>17}" for _, title in COLUMNS)
+    lines = ["per task (first -> last logged value):", header]
+    for task in sorted(curves):
+        cells = []
+        for metric, _ in COLUMNS:
+            values = curves[task].get(metric)
+            cells.append(f"{values[0]:>7.3f} -> {values[-1]:<6.3f}" if values else f"{'-':>17}")
+        lines.append("  " + task.ljust(width) + "".join(f"  {c:>17}" for c in cells))
+    return "\n".join(lines)
