@@ -20,6 +20,12 @@ A row known to be non-thinking whose assistant turn lacks the block where the te
 :class:`~rl_guards.errors.MaskingError` with the decoded row: it was rendered some other way than the template
 renders non-thinking conversations. When wrapping together with ``MaskCheckingCollator``, put this masker
 outermost: the empty block sits inside the assistant turn, which that checker expects to be trained.
+
+Audit only (``check_only=True``): labels are left alone and a non-thinking sequence whose empty block still
+carries labels is a violation ``empty_think_trained`` (``mode``: raise | warn | log, default warn; findings
+in ``self.session``). Put it outermost to check what the loss finally sees::
+
+    trainer.data_collator = EmptyThinkMasker(trainer.data_collator, tok, {"enable_thinking": False}, check_only=True)
 """
 
 from __future__ import annotations
@@ -30,11 +36,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rl_guards.config import MaskingConfig
 from rl_guards.core.templates import extract_empty_think, generation_start, visible_tail
 from rl_guards.core.think_markup import markup_for_template
 from rl_guards.errors import MaskingError
+from rl_guards.guards.base import GuardSession
 
 IGNORE_INDEX = -100
+EMPTY_THINK_TRAINED = "empty_think_trained"  # audit violation: a non-thinking row trains on the empty block
 _PROBE_USER = "Probe question seven"
 _PROBE_ANSWER = "Probe answer nine"
 
@@ -138,7 +147,8 @@ class EmptyThinkMasker:
     ``chat_template_kwargs`` is what the data was rendered with; its ``enable_thinking`` is the default thinking
     mode of a row (None: unknown, mask wherever the block follows a header, assert nothing). Features that carry
     ``chat_template_kwargs`` or ``enable_thinking`` (``remove_unused_columns=False``) override it per row.
-    ``self.masked`` counts masked blocks.
+    ``self.masked`` counts masked blocks. ``check_only=True`` masks nothing and reports non-thinking sequences
+    whose block carries labels (``empty_think_trained``, per ``mode``; counted in ``self.trained_blocks``).
     """
 
     def __init__(
@@ -148,6 +158,8 @@ class EmptyThinkMasker:
         chat_template_kwargs: Mapping[str, Any] | None = None,
         *,
         chat_template: str | None = None,
+        check_only: bool = False,
+        mode: str = "warn",
     ) -> None:
         self.collator = collator
         self.tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
@@ -155,6 +167,11 @@ class EmptyThinkMasker:
         self.default_thinking = None if kwargs.get("enable_thinking") is None else bool(kwargs["enable_thinking"])
         self.block = derive_empty_think(self.tokenizer, chat_template, kwargs)
         self.masked = 0
+        self.check_only = bool(check_only)
+        self.config = MaskingConfig(mode=mode)  # type: ignore[arg-type]
+        self.config.validate("EmptyThinkMasker")
+        self.session = GuardSession()
+        self.trained_blocks = 0
 
     def __getattr__(self, name: str) -> Any:
         if name == "collator":
@@ -213,12 +230,34 @@ class EmptyThinkMasker:
         ]
         ids_rows = batch["input_ids"].tolist()
         labels = batch["labels"]
+        trained: list[tuple[int, int, int]] = []  # (row, start, stop) of blocks that carry labels
         for k, (r, a, b) in enumerate(_sequences(batch, len(features))):
             thinking = flags[k] if k < len(flags) else self.default_thinking
             for s, e in self.spans(ids_rows[r][a:b], thinking):
+                if self.check_only:
+                    if thinking is False and bool((labels[r, a + s : a + e] != IGNORE_INDEX).any()):
+                        trained.append((r, a + s, a + e))
+                    continue
                 labels[r, a + s : a + e] = IGNORE_INDEX
                 self.masked += 1
+        if trained:
+            self.trained_blocks += len(trained)
+            self._report_trained(trained, batch)
         return batch
+
+    def _report_trained(self, trained: list[tuple[int, int, int]], batch: Mapping[str, Any]) -> None:
+        r, start, stop = trained[0]
+        ids = batch["input_ids"][r].tolist()
+        shown = self.tokenizer.decode(ids[max(0, start - 6) : stop + 4], skip_special_tokens=False)
+        message = (
+            f"{len(trained)} non-thinking sequence(s) train on the template's empty think block "
+            f"{self.block.text!r} (labels are not -100 there), e.g. row {r}: ...{shown!r}... The generation prompt "
+            "already contains the block at inference, so the model learns nothing but the block. "
+            "Fix: wrap the collator with EmptyThinkMasker(collator, tokenizer, {'enable_thinking': False}) (or "
+            "dataset.map(mask_empty_think)) so the block leaves the loss."
+        )
+        reporter = self.session.reporter("masking", self.config, None)
+        reporter.violation(EMPTY_THINK_TRAINED, message, MaskingError)
 
 
 def _sequences(batch: Mapping[str, Any], n_features: int) -> list[tuple[int, int, int]]:
