@@ -1,0 +1,565 @@
+"""The failure modes of the practical-failure-modes notes, each as a planted bug and the same run clean.
+
+Every case builds one spec from ``planted: bool``: the clean run is the planted run with the bug taken out and
+nothing else changed (both runs share seed, data, config and thresholds). ``expect`` lists the (guard, kind)
+pairs that count as catching it; ``stated`` cases (choices to make deliberately) count as caught when the
+preflight report states the choice.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.failure_modes.harness import N_PER_TASK, GrpoSpec, SftSpec
+from rl_guards.rewards.slicing import watch_inputs
+
+# ----- reward functions (module level: picklable, fixed names = TRL's metric keys) ---------------------------
+
+
+def _text(completion: Any) -> str:
+    from rl_guards.testing.rewards import completion_text
+
+    return completion_text(completion)
+
+
+def arith_correct_every_row(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float | None]:
+    """The arith reward with its task filter lost: it scores every row, echo rows included."""
+    from rl_guards.testing.rewards import arith_correct
+
+    return arith_correct(completions, answer)  # no task= : nothing is None
+
+
+arith_correct_every_row.__name__ = "arith_correct"
+
+
+def echo_match_wrong_column(completions: list[Any], **kwargs: Any) -> list[float | None]:
+    """An echo reward that reads a column the dataset does not have: ``"" in text`` is always true -> 1.0."""
+    expected = kwargs.get("solution") or [""] * len(completions)
+    return [1.0 if str(e) in _text(c) else 0.0 for c, e in zip(completions, expected, strict=True)]
+
+
+echo_match_wrong_column.__name__ = "echo_match"
+
+
+def arith_any_number(completions: list[Any], **kwargs: Any) -> list[float | None]:
+    """A 'correctness' reward that only checks the format: 1.0 when the final answer holds any number."""
+    from rl_guards.testing.rewards import final_answer
+
+    return [1.0 if re.search(r"\d", final_answer(_text(c))) else 0.0 for c in completions]
+
+
+arith_any_number.__name__ = "arith_correct"
+
+JUDGE_SLICE = 32  # characters of a completion the sliced judge keeps (the tiny model writes ~10-60)
+
+
+def _judge_score(text: str, answer: str) -> float:
+    """A stand-in LLM judge: 1.0 when the expected answer appears in what it reads."""
+    return 1.0 if answer.lower() in text.lower() else 0.0
+
+
+def _judge_call(judge_prompt: str, answer: str) -> float:
+    """The judge model's API call (watched: the slicing guard sees every prompt it is sent)."""
+    return _judge_score(judge_prompt, answer)
+
+
+JUDGE_CALL = watch_inputs(_judge_call, name="judge_call")
+
+
+def judge_sliced(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float | None]:
+    """A judge reward that builds its prompt from ``completion[:JUDGE_SLICE]`` ("to save tokens")."""
+    call = JUDGE_CALL
+    return [call(f"Grade this answer:\n{_text(c)[:JUDGE_SLICE]}", a) for c, a in zip(completions, answer, strict=True)]
+
+
+judge_sliced.__name__ = "judge"
+
+
+def judge_full(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float | None]:
+    """The same judge reward reading the whole completion."""
+    call = JUDGE_CALL
+    return [call(f"Grade this answer:\n{_text(c)}", a) for c, a in zip(completions, answer, strict=True)]
+
+
+judge_full.__name__ = "judge"
+
+
+def outcome_judge(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float | None]:
+    """An outcome judge: scores whatever text it is handed (the full completion unless wrapped)."""
+    return [_judge_score(_text(c), a) for c, a in zip(completions, answer, strict=True)]
+
+
+outcome_judge.__name__ = "outcome_judge"
+
+
+# ----- shared pieces -------------------------------------------------------------------------------------------
+
+
+def routed_rewards(echo: Any = None, *, echo_length: bool = True) -> list[Any]:
+    """``route()`` of the two tasks, each with a per-token length term so that its groups rarely tie."""
+    from rl_guards.rewards.routing import route
+    from rl_guards.testing.rewards import arith_correct, echo_match, length_penalty
+
+    echo_funcs = [echo if echo is not None else echo_match] + ([length_penalty] if echo_length else [])
+    return list(route({"arith": [arith_correct, length_penalty], "echo": echo_funcs}))
+
+
+def dataset(**kwargs: Any) -> Any:
+    from rl_guards.testing import make_dataset
+
+    return make_dataset(N_PER_TASK, **{"thinking": True, **kwargs})
+
+
+def prefill_dataset() -> Any:
+    """Thinking prompts with an assistant prefill message ``<think>\\n`` (meant to make the model think)."""
+    ds = dataset()
+    return ds.map(lambda row: {"prompt": [*row["prompt"], {"role": "assistant", "content": "<think>\n"}]})
+
+
+def corrupt_masks(kind: str) -> Callable[[Any], None]:
+    """Plant: wrap ``trainer._generate_and_score_completions`` BEFORE install, so the guard sees bad tensors.
+
+    ``post_eos``: completion_mask set to 1 everywhere (loss on the padding after each EOS).
+    ``prompt``: the last 3 prompt tokens (``<|im_start|>assistant\\n``) prepended to completion_ids with mask 1 (a
+    rollout path that slices the generated sequence 3 tokens too early, so the assistant header trains).
+    """
+
+    def plant(trainer: Any) -> None:
+        import torch
+
+        original = trainer._generate_and_score_completions
+
+        def corrupted(inputs: Any) -> Any:
+            out = original(inputs)
+            mask = out["completion_mask"]
+            if kind == "post_eos":
+                out["completion_mask"] = torch.ones_like(mask)
+            else:
+                head = out["prompt_ids"][:, -3:]
+                out["completion_ids"] = torch.cat([head, out["completion_ids"]], dim=1)
+                out["completion_mask"] = torch.cat([torch.ones_like(head, dtype=mask.dtype), mask], dim=1)
+            return out
+
+        trainer._generate_and_score_completions = corrupted
+
+    return plant
+
+
+SANITY_CASES = [
+    {
+        "task": "arith",
+        "prompt": [{"role": "user", "content": "What is 3+4? Answer with the number."}],
+        "answer": "7",
+        "good": ["<think>\n3+4=7\n</think>\n\n7", "7"],
+        "bad": ["<think>\n3+4=8\n</think>\n\n8", "<think>\n3+4=7\n</think>\n\n", "12"],
+    },
+    {
+        "task": "echo",
+        "prompt": [{"role": "user", "content": "Repeat the word: apple"}],
+        "answer": "apple",
+        "good": ["<think>\nThe word is apple.\n</think>\n\napple", "apple"],
+        "bad": ["<think>\nThe word is apple.\n</think>\n\nriver", ""],
+    },
+]
+
+
+def sanity_file(workdir: Path) -> str:
+    path = workdir / "reward_sanity_cases.json"
+    path.write_text(json.dumps(SANITY_CASES))
+    return str(path)
+
+
+SFT_MESSAGES = [
+    [
+        {"role": "user", "content": f"What is {a}+{b}? Answer with the number."},
+        {"role": "assistant", "content": str(a + b)},
+    ]
+    for a, b in [(1, 2), (3, 4), (5, 1), (2, 2), (6, 3), (4, 4), (7, 1), (0, 5)]
+]
+
+
+def sft_dataset(non_thinking: bool = False) -> Any:
+    from datasets import Dataset
+
+    data: dict[str, Any] = {"messages": SFT_MESSAGES}
+    if non_thinking:  # SFTTrainer renders each row with its own chat_template_kwargs
+        data["chat_template_kwargs"] = [{"enable_thinking": False}] * len(SFT_MESSAGES)
+    return Dataset.from_dict(data)
+
+
+def mask_checker(collator: Any, tok: Any) -> tuple[Any, list[Any]]:
+    from rl_guards.collators.sft_masks import MaskCheckingCollator
+
+    checker = MaskCheckingCollator(collator, tok, expect="assistant_only")
+    return checker, [checker]
+
+
+def empty_think_wrap(masked: bool) -> Callable[[Any, Any], tuple[Any, list[Any]]]:
+    def wrap(collator: Any, tok: Any) -> tuple[Any, list[Any]]:
+        from rl_guards.collators.empty_think import EmptyThinkMasker
+
+        kwargs = {"enable_thinking": False}
+        inner = EmptyThinkMasker(collator, tok, kwargs) if masked else collator
+        audit = EmptyThinkMasker(inner, tok, kwargs, check_only=True)
+        return audit, [audit]
+
+    return wrap
+
+
+# ----- the cases -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    """One failure mode: its plant, how to build either run, and what counts as catching it."""
+
+    name: str
+    failure: str  # the failure mode, in the notes' words (short)
+    plant: str  # what the planted run does differently, honestly
+    build: Callable[[bool, Path], GrpoSpec | SftSpec]  # (planted, workdir) -> spec
+    expect: tuple[tuple[str, str], ...] = ()  # (guard, kind): any of these catches it
+    stated: tuple[tuple[str, str], ...] = ()  # (preflight code, text the planted report must state)
+    note: str = ""
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _misrouted(planted: bool, workdir: Path) -> GrpoSpec:
+    from rl_guards.testing.rewards import arith_correct, echo_match, length_penalty
+
+    routes = {"arith": ["arith_correct", "length_penalty"], "echo": ["echo_match", "length_penalty"]}
+    return GrpoSpec(
+        reward_funcs=[arith_correct_every_row if planted else arith_correct, echo_match, length_penalty],
+        guards={"routing": {"routes": routes}},
+    )
+
+
+def _unrouted(planted: bool, workdir: Path) -> GrpoSpec:
+    from rl_guards.rewards.routing import route
+    from rl_guards.testing.rewards import arith_correct, echo_match, length_penalty
+
+    routes: dict[str, list[Any]] = {"arith": [arith_correct, length_penalty]}
+    if not planted:
+        routes["echo"] = [echo_match, length_penalty]
+    return GrpoSpec(reward_funcs=list(route(routes)))
+
+
+def _post_eos(planted: bool, workdir: Path) -> GrpoSpec:
+    return GrpoSpec(reward_funcs=routed_rewards(), before_install=corrupt_masks("post_eos") if planted else None)
+
+
+def _prompt_in_loss(planted: bool, workdir: Path) -> GrpoSpec:
+    return GrpoSpec(reward_funcs=routed_rewards(), before_install=corrupt_masks("prompt") if planted else None)
+
+
+def _sft_prompt(planted: bool, workdir: Path) -> SftSpec:
+    return SftSpec(sft_dataset(), args={"assistant_only_loss": not planted}, wrap=mask_checker)
+
+
+def _sft_empty_think(planted: bool, workdir: Path) -> SftSpec:
+    return SftSpec(
+        sft_dataset(non_thinking=True), args={"assistant_only_loss": True}, wrap=empty_think_wrap(masked=not planted)
+    )
+
+
+def _double_think(planted: bool, workdir: Path) -> GrpoSpec:
+    return GrpoSpec(reward_funcs=routed_rewards(), dataset=prefill_dataset() if planted else dataset())
+
+
+DAMAGE_STEPS = 25  # SFT steps that teach the tiny model to open a think block after the empty one
+_DAMAGED: dict[str, str] = {}
+
+
+def damaged_model_dir() -> str:
+    """The warmed tiny model after a short, careless SFT: non-thinking prompts (ending with the template's empty
+    think block) answered with a think block, so it writes think tags where it should just answer.
+
+    Built once per process (a few seconds) into a temporary folder removed at exit.
+    """
+    import atexit
+    import shutil
+    import tempfile
+
+    import torch
+
+    from benchmarks.failure_modes.harness import quiet, tiny
+    from rl_guards.testing.data import make_examples
+
+    setup = tiny()
+    if setup.model_dir in _DAMAGED:
+        return _DAMAGED[setup.model_dir]
+    out = Path(tempfile.mkdtemp(prefix="fm-damaged-model-"))
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
+    tok = setup.load_tokenizer()
+    model = setup.load_model()
+    rows = []
+    for ex in make_examples(16, seed=7):
+        prompt = tok.apply_chat_template(
+            [{"role": "user", "content": ex.question}],
+            add_generation_prompt=True,
+            enable_thinking=False,
+            tokenize=False,
+        )
+        target = f"<think>\n{ex.reasoning}\n</think>\n\n{ex.answer}<|im_end|>"
+        p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+        t_ids = tok(target, add_special_tokens=False)["input_ids"]
+        rows.append((p_ids + t_ids, [-100] * len(p_ids) + t_ids))
+    width = max(len(ids) for ids, _ in rows)
+    pad = tok.pad_token_id
+    input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in rows])
+    labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in rows])
+    attention = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in rows])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    model.train()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: more threads only spin on a busy machine
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            for _ in range(DAMAGE_STEPS):
+                loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+    finally:
+        torch.set_num_threads(threads)
+    model.eval()
+    with quiet():
+        model.save_pretrained(out)
+        tok.save_pretrained(out)
+    _DAMAGED[setup.model_dir] = str(out)
+    return str(out)
+
+
+def _stray_tags(planted: bool, workdir: Path) -> GrpoSpec:
+    # Non-thinking run in both (enable_thinking=False, column and kwargs agree). Planted: the model had a careless
+    # extra SFT (damaged_model_dir) and writes think blocks in non-thinking rollouts; clean: the warmed model.
+    return GrpoSpec(
+        reward_funcs=routed_rewards(),
+        dataset=dataset(thinking=False),
+        args={"chat_template_kwargs": {"enable_thinking": False}},
+        model=damaged_model_dir() if planted else None,
+    )
+
+
+def _dead_task(planted: bool, workdir: Path) -> GrpoSpec:
+    return GrpoSpec(
+        reward_funcs=routed_rewards(echo=echo_match_wrong_column if planted else None, echo_length=False),
+        guards={"dead_groups": {"warn_after_steps": 3}},
+    )
+
+
+def _max_tokens(planted: bool, workdir: Path) -> GrpoSpec:
+    return GrpoSpec(reward_funcs=routed_rewards(), args={"max_completion_length": 4 if planted else 48})
+
+
+def _sliced(planted: bool, workdir: Path) -> GrpoSpec:
+    from rl_guards.rewards.routing import route
+    from rl_guards.testing.rewards import length_penalty
+
+    judge = judge_sliced if planted else judge_full
+    return GrpoSpec(
+        reward_funcs=list(route({"arith": [judge, length_penalty], "echo": [judge, length_penalty]})),
+        guards={"slicing": {"min_length": 24}},
+    )
+
+
+def _judge_leak(planted: bool, workdir: Path) -> GrpoSpec:
+    from rl_guards.rewards.blind_judge import blind_judge
+    from rl_guards.rewards.routing import route
+    from rl_guards.testing.rewards import length_penalty
+
+    judge = blind_judge(outcome_judge, check_only=planted)
+    return GrpoSpec(reward_funcs=list(route({"arith": [judge, length_penalty], "echo": [judge, length_penalty]})))
+
+
+def _bad_reward(planted: bool, workdir: Path) -> GrpoSpec:
+    from rl_guards.rewards.routing import route
+    from rl_guards.testing.rewards import arith_correct, echo_match
+
+    # No length penalty here: reward_sanity requires every function serving a task to rank each good completion
+    # above each bad one, which a length penalty cannot do on these cases (see the case note).
+    arith = arith_any_number if planted else arith_correct
+    return GrpoSpec(
+        reward_funcs=list(route({"arith": [arith], "echo": [echo_match]})),
+        guards={"reward_sanity": {"cases_file": sanity_file(workdir)}},
+    )
+
+
+def _eval_template(planted: bool, workdir: Path) -> GrpoSpec:
+    # An external eval renders with its own chat_template_kwargs; training thinks, the planted eval does not.
+    return GrpoSpec(
+        reward_funcs=routed_rewards(),
+        args={"max_steps": 1},
+        guards={"preflight": {"eval_chat_template_kwargs": {"enable_thinking": not planted}}},
+    )
+
+
+def _lr_schedule(planted: bool, workdir: Path) -> GrpoSpec:
+    args = (
+        {"lr_scheduler_type": "linear"} if planted else {"lr_scheduler_type": "constant_with_warmup", "warmup_steps": 1}
+    )
+    return GrpoSpec(reward_funcs=routed_rewards(), args={"max_steps": 1, **args})
+
+
+def _dr_grpo(planted: bool, workdir: Path) -> GrpoSpec:
+    args = (
+        {"loss_type": "grpo", "scale_rewards": "group"}
+        if planted
+        else {"loss_type": "dr_grpo", "scale_rewards": "none"}
+    )
+    return GrpoSpec(reward_funcs=routed_rewards(), args={"max_steps": 1, **args})
+
+
+CASES: list[Case] = [
+    Case(
+        "misrouted_reward",
+        "a task's output goes to the wrong reward model",
+        "arith_correct lost its task filter and scores echo rows too (plain functions, routes declared in "
+        "routing.routes)",
+        _misrouted,
+        expect=(("routing", "misrouted_score"),),
+        tags=("grpo",),
+    ),
+    Case(
+        "unrouted_task",
+        "a task no reward function scores",
+        "route() lists only arith; the dataset's echo rows get no reward",
+        _unrouted,
+        expect=(("routing", "unscored_rows"), ("routing", "unrouted_task")),
+        tags=("grpo",),
+    ),
+    Case(
+        "loss_after_eos",
+        "loss after EOS (completion-only objective not masked)",
+        "_generate_and_score_completions wrapped before install: completion_mask set to 1 on every position, "
+        "padding after EOS included",
+        _post_eos,
+        expect=(("masking", "post_eos"), ("masking", "padding")),
+        tags=("grpo",),
+    ),
+    Case(
+        "prompt_in_loss",
+        "prompt tokens not masked (GRPO)",
+        "_generate_and_score_completions wrapped before install: the last 3 prompt tokens (<|im_start|>assistant\\n) "
+        "prepended to completion_ids with mask 1 (a rollout path slicing 3 tokens too early)",
+        _prompt_in_loss,
+        expect=(("masking", "prompt_leak"),),
+        tags=("grpo",),
+    ),
+    Case(
+        "sft_prompt_trained",
+        "SFT without assistant-only loss (prompt tokens trained)",
+        "SFTTrainer on a messages dataset with assistant_only_loss=False (clean: True); "
+        "MaskCheckingCollator(expect='assistant_only') wraps the collator in both",
+        _sft_prompt,
+        expect=(("masking", "prompt_trained"),),
+        tags=("sft",),
+    ),
+    Case(
+        "sft_empty_think_trained",
+        "non-thinking SFT without the empty think block masked",
+        "non-thinking SFT (per-row enable_thinking=False, assistant_only_loss) without EmptyThinkMasker (clean: "
+        "with it); EmptyThinkMasker(check_only=True) audits the final labels in both",
+        _sft_empty_think,
+        expect=(("masking", "empty_think_trained"),),
+        tags=("sft",),
+    ),
+    Case(
+        "double_think_prefill",
+        "<think> prefill on a template that already opens one (<think><think>)",
+        "every prompt ends with an assistant prefill message '<think>\\n' (TRL closes it as its own turn, then "
+        "opens a new assistant turn)",
+        _double_think,
+        expect=(("template", "prefill_duplicates_template"), ("template", "double_open")),
+        tags=("grpo",),
+    ),
+    Case(
+        "stray_think_tags",
+        "stray think tags in non-thinking rollouts",
+        f"non-thinking run (enable_thinking=False) on the tiny model after a careless {DAMAGE_STEPS}-step SFT on "
+        "non-thinking prompts answered with a think block (clean: the warmed model); the tags are the model's own "
+        "output, no rewriting",
+        _stray_tags,
+        expect=(("think_tags", "anomaly_rate"),),
+        tags=("grpo",),
+    ),
+    Case(
+        "dead_task",
+        "a task that contributes no gradient",
+        "the echo reward reads a missing column ('solution'): '' in text is always true, every echo row gets 1.0",
+        _dead_task,
+        expect=(("dead_groups", "dead_task"),),
+        note="dead_groups.warn_after_steps=3 in both runs (default 10 > the 3-step run)",
+        tags=("grpo",),
+    ),
+    Case(
+        "max_tokens_too_small",
+        "max_tokens too small for rollouts to complete",
+        "max_completion_length=4 (clean: 48)",
+        _max_tokens,
+        expect=(("preflight", "completion_length"), ("truncation", "truncation_rate")),
+        tags=("grpo",),
+    ),
+    Case(
+        "sliced_judge_input",
+        "strings silently sliced (text[:N]) before scoring",
+        f"the judge reward builds its prompt from completion[:{JUDGE_SLICE}]; the judge call is wrapped with "
+        "watch_inputs in both runs",
+        _sliced,
+        expect=(("slicing", "judge_input_cut"), ("slicing", "completion_cut")),
+        note="slicing.min_length=24 in both runs (the tiny model's completions are ~10-60 characters)",
+        tags=("grpo",),
+    ),
+    Case(
+        "judge_sees_thinking",
+        "outcome judge reads the thinking trace",
+        "the judge gets full completions, audited by blind_judge(check_only=True) (clean: blind_judge(judge), "
+        "which hands it the answer only)",
+        _judge_leak,
+        expect=(("blind_judge", "judge_input_markup"),),
+        note="caught by the reward wrapper (RLGuardsWarning + rl_guards/blind_judge/leak_rate), not a session guard",
+        tags=("grpo",),
+    ),
+    Case(
+        "bad_reward_model",
+        "reward model ranks bad completions above good ones",
+        "the arith reward only checks that the answer holds a number; reward_sanity.cases_file has known "
+        "good/bad completions in both runs",
+        _bad_reward,
+        expect=(("reward_sanity", "reward_sanity"),),
+        note="no length penalty in either run: reward_sanity fails every function that does not rank each good "
+        "above each bad completion, so a shaping reward (length penalty, format reward) fails it by design",
+        tags=("grpo",),
+    ),
+    Case(
+        "eval_template_differs",
+        "eval renders prompts differently from training",
+        "preflight.eval_chat_template_kwargs={'enable_thinking': False} while training thinks (clean: True)",
+        _eval_template,
+        expect=(("preflight", "eval_external_template_mismatch"),),
+        tags=("grpo", "preflight"),
+    ),
+    Case(
+        "lr_schedule_default",
+        "learning-rate schedule left at the framework default",
+        "lr_scheduler_type='linear' (transformers' default; clean: constant_with_warmup)",
+        _lr_schedule,
+        stated=(("lr_schedule", "decays"),),
+        note="a choice, not a bug: caught when the preflight report states it (info)",
+        tags=("grpo", "preflight"),
+    ),
+    Case(
+        "grpo_normalisation_default",
+        "standard GRPO normalisations taken as neutral (vs Dr. GRPO)",
+        "loss_type='grpo', scale_rewards='group' (clean: dr_grpo, none)",
+        _dr_grpo,
+        stated=(("length_normalisation", "biases length"), ("std_normalisation", "standard GRPO")),
+        note="a choice, not a bug: caught when the preflight report states it",
+        tags=("grpo", "preflight"),
+    ),
+]
