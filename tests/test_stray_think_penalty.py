@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 
 from rl_guards.config import GuardsConfig, StrayThinkPenaltyConfig
+from rl_guards.core.completions import completion_text
 from rl_guards.core.think_markup import ALL_CODES, GEMMA4
 from rl_guards.errors import ConfigError
 from rl_guards.guards.base import RLGuardsWarning
-from rl_guards.rewards.stray_think import StrayThinkPenalty, completion_text
+from rl_guards.rewards.stray_think import StrayThinkPenalty
 
 OK = "<think>reason</think>\n\n4"
 

@@ -29,9 +29,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rl_guards.core.completions import completion_text
 from rl_guards.core.think_markup import PARTIAL_TAG, THINK, ThinkMarkup, scan, strip_thinking
 from rl_guards.guards.base import RLGuardsWarning
-from rl_guards.rewards.stray_think import completion_text, resolve_markup
+from rl_guards.rewards.stray_think import resolve_markup
 
 logger = logging.getLogger("rl_guards")
 

@@ -36,10 +36,13 @@ from transformers.trainer_callback import ExportableState
 
 from rl_guards.config import GuardsConfig
 from rl_guards.core.batch import RolloutBatch, nan_to_none
+from rl_guards.core.completions import completion_text
 from rl_guards.core.run_summary import task_summary_text
+from rl_guards.core.think_markup import prompt_opens_block
 from rl_guards.errors import ConfigError, GuardError, IncompatibleTrainerError
 from rl_guards.guards.base import Guard, GuardSession, RunContext, run_hook
 from rl_guards.guards.registry import BATCH_GUARDS
+from rl_guards.guards.think_tags import markup_from_config
 
 logger = logging.getLogger("rl_guards")
 
@@ -98,8 +101,12 @@ class GuardRun(TrainerCallback, ExportableState):
         self.guards: list[Guard] = [cls(config) for cls in guard_classes]
         self.guards = [g for g in self.guards if g.enabled]
         self.ctx = self._build_context()
+        self.markup = markup_from_config(
+            config.think_tags, self.ctx.chat_template or getattr(self.ctx.tokenizer, "chat_template", None)
+        )
         for guard in self.guards:
             guard.setup(self.ctx)
+        self._configure_reward_funcs()
         self._check_compatibility()
         self._wrap()
 
@@ -144,6 +151,16 @@ class GuardRun(TrainerCallback, ExportableState):
             decode=decode if tokenizer is not None else None,
             decode_text=decode_text if tokenizer is not None else None,
         )
+
+    def _configure_reward_funcs(self) -> None:
+        """Give reward functions that ask for it (``configure``) the tokenizer and the trainer's template kwargs."""
+        for fn in self.ctx.reward_funcs:
+            configure = getattr(fn, "configure", None)
+            if callable(configure) and not isinstance(fn, type):
+                try:
+                    configure(tokenizer=self.ctx.tokenizer, chat_template_kwargs=self.ctx.chat_template_kwargs)
+                except Exception as exc:  # never fatal: the function keeps its own defaults
+                    logger.warning("rl_guards: could not configure reward function %r: %s", fn, exc)
 
     def _check_compatibility(self) -> None:
         version = _trl_version()
@@ -257,7 +274,7 @@ class GuardRun(TrainerCallback, ExportableState):
             local_rows.append(
                 {
                     "task": str(example.get(task_col, cfg.tasks.default_task)),
-                    "completion": _completion_text(completions[i]),
+                    "completion": completion_text(completions[i], self.markup),
                     "completion_ids": ids,
                     "prompt_ids": prompt_rows[i] if i < len(prompt_rows) else [],
                     "prompt": prompts[i],
@@ -308,14 +325,12 @@ class GuardRun(TrainerCallback, ExportableState):
         decode = self.ctx.decode
         if decode is None:
             return [False] * len(prompt_rows)
-        open_tag, close_tag = self.config.think_tags.open_tag, self.config.think_tags.close_tag
         cache: dict[tuple[int, ...], bool] = {}
         out = []
         for row in prompt_rows:
             tail = tuple(row[-32:])
             if tail not in cache:
-                text = decode(list(tail))
-                cache[tail] = text.rfind(open_tag) > text.rfind(close_tag)
+                cache[tail] = prompt_opens_block(decode(list(tail)), self.markup)
             out.append(cache[tail])
         return out
 
@@ -417,23 +432,6 @@ class GuardRun(TrainerCallback, ExportableState):
             if g.name == name:
                 return g
         raise KeyError(f"no guard named {name!r}; installed: {[g.name for g in self.guards]}")
-
-
-def _completion_text(completion: Any) -> str:
-    """The text of a TRL completion (a string, or a list of messages with ``content``)."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, list):
-        parts = []
-        for message in completion:
-            if isinstance(message, dict):
-                content = message.get("content")
-                if isinstance(content, str):
-                    parts.append(content)
-                elif isinstance(content, list):
-                    parts.extend(str(c.get("text", "")) for c in content if isinstance(c, dict))
-        return "".join(parts)
-    return str(completion)
 
 
 def _gather_objects(trainer: Any, rows: list[Any]) -> list[Any]:
