@@ -21,8 +21,6 @@ hold think markup (exact or near-miss tags) after stripping, or as given with ``
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
 import warnings
 from collections.abc import Callable, Sequence
@@ -32,6 +30,7 @@ from typing import Any
 from rl_guards.core.completions import completion_text
 from rl_guards.core.think_markup import PARTIAL_TAG, THINK, ThinkMarkup, scan, strip_thinking
 from rl_guards.guards.base import RLGuardsWarning
+from rl_guards.rewards.callables import is_async_reward, reward_name
 from rl_guards.rewards.stray_think import resolve_markup
 
 logger = logging.getLogger("rl_guards")
@@ -76,18 +75,6 @@ def check_judge_inputs(texts: Sequence[Any], markup: ThinkMarkup | str = THINK) 
     return JudgeInputReport(total=len(texts), with_markup=len(rows), rows=rows)
 
 
-def _callable_name(fn: Any) -> str:
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    return str(getattr(fn, "__name__", type(fn).__name__))
-
-
-def _is_async(fn: Any) -> bool:
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
-
-
 class BlindJudge:
     """A reward function wrapper that hands the judge final answers only (see :func:`blind_judge`)."""
 
@@ -109,7 +96,7 @@ class BlindJudge:
         self.thinking_column = thinking_column
         self.prompt_opened_thinking = bool(prompt_opened_thinking)
         self.prompt_opened_nonthinking = bool(prompt_opened_nonthinking)
-        self.__name__ = _callable_name(fn)
+        self.__name__ = reward_name(fn)
         self.leaks_seen = 0  # judge inputs with markup so far (this process)
         self._warned = False
 
@@ -195,5 +182,5 @@ def blind_judge(
     thinking_column: str = "enable_thinking",
 ) -> BlindJudge:
     """Wrap a reward function / LLM judge so it sees final answers only (or, ``check_only``, audit its inputs)."""
-    cls = AsyncBlindJudge if _is_async(reward_fn) else BlindJudge
+    cls = AsyncBlindJudge if is_async_reward(reward_fn) else BlindJudge
     return cls(reward_fn, markup, check_only=check_only, thinking_column=thinking_column)

@@ -14,27 +14,13 @@ live batches against them without any configuration.
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from rl_guards.errors import ConfigError
+from rl_guards.rewards.callables import is_async_reward, reward_name
 
 __all__ = ["AsyncRoutedReward", "RoutedReward", "reward_name", "route"]
-
-
-def reward_name(fn: Any) -> str:
-    """The name TRL gives a reward function (``__name__``, unwrapping ``functools.partial``)."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    return str(getattr(fn, "__name__", type(fn).__name__))
-
-
-def _is_async(fn: Any) -> bool:
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
 
 
 class RoutedReward:
@@ -160,6 +146,6 @@ def route(routes: dict[str, list[Callable[..., Any]]], task_column: str = "task"
     declared = {str(task): [reward_name(fn) for fn in funcs] for task, funcs in routes.items()}
     out: list[RoutedReward] = []
     for fn in order:
-        cls = AsyncRoutedReward if _is_async(fn) else RoutedReward
+        cls = AsyncRoutedReward if is_async_reward(fn) else RoutedReward
         out.append(cls(fn, tasks_of[id(fn)], declared, task_column))
     return out
