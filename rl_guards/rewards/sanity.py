@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_guards.errors import ConfigError, RewardSanityError
-from rl_guards.rewards.routing import reward_name
+from rl_guards.rewards.callables import reward_name
 
 __all__ = [
     "SanityCase",
