@@ -40,6 +40,7 @@ GRPO_BASE: dict[str, Any] = {
     "chat_template_kwargs": {"enable_thinking": True},
 }
 N_PER_TASK = 16  # prompts per task in the dataset (32 rows: one epoch is 4 steps)
+SEED = {"value": 0}  # trainer seed of every run (sampling, shuffling); run.py --seed sets it
 
 
 @dataclass
@@ -237,7 +238,7 @@ def run_grpo(spec: GrpoSpec, workdir: Path) -> Outcome:
     run = trainer = None
     with quiet() as caught:
         try:
-            args = tiny_grpo_config(out_dir, **{**GRPO_BASE, **spec.args})
+            args = tiny_grpo_config(out_dir, **{**GRPO_BASE, "seed": SEED["value"], **spec.args})
             trainer = GRPOTrainer(
                 model=spec.model or setup.model_dir,
                 processing_class=spec.tokenizer if spec.tokenizer is not None else setup.load_tokenizer(),
@@ -323,7 +324,7 @@ def run_sft(spec: SftSpec, workdir: Path) -> Outcome:
     trainer = None
     with quiet() as caught:
         try:
-            settings = {**SFT_BASE, **spec.args}
+            settings = {**SFT_BASE, "seed": SEED["value"], **spec.args}
             if "activation_checkpointing" in {f.name for f in dataclasses.fields(SFTConfig)}:
                 settings.setdefault("activation_checkpointing", False)
             tok = setup.load_tokenizer()

@@ -27,6 +27,7 @@ if str(ROOT) not in sys.path:  # run as a script: make `benchmarks.failure_modes
 
 from benchmarks.failure_modes.cases import CASES, Case  # noqa: E402
 from benchmarks.failure_modes.harness import (  # noqa: E402
+    SEED,
     GrpoSpec,
     Hit,
     Outcome,
@@ -156,8 +157,12 @@ def warm_up() -> float:
     return time.perf_counter() - start
 
 
-def run_all(only: str | list[str] | None = None, *, progress: bool = False) -> list[dict[str, Any]]:
-    """Run every case (or the ``only`` ones, names or a comma-separated string); one row per case."""
+def run_all(only: str | list[str] | None = None, *, seed: int = 0, progress: bool = False) -> list[dict[str, Any]]:
+    """Run every case (or the ``only`` ones, names or a comma-separated string); one row per case.
+
+    ``seed`` is the trainers' seed (sampling and data order); the results table was measured with 0.
+    """
+    SEED["value"] = int(seed)
     warm_up()
     rows = []
     for case in select(only):
@@ -200,19 +205,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="comma-separated case names (default: all)")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="JSON results file")
     parser.add_argument("--list", action="store_true", help="list the cases and exit")
+    parser.add_argument("--seed", type=int, default=0, help="trainer seed of every run (default 0)")
     args = parser.parse_args(argv)
     if args.list:
         for case in CASES:
             print(f"{case.name:<26} {case.failure}")
         return 0
     start = time.perf_counter()
-    rows = run_all(args.only)
+    rows = run_all(args.only, seed=args.seed)
     elapsed = time.perf_counter() - start
     print(table(rows))
     print(f"wall time {elapsed:.1f} s on {os.cpu_count()} cores (imports, fixture and length probe included)")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"wall_seconds": round(elapsed, 1), "cpu_count": os.cpu_count(), "rows": rows}
+    payload = {"wall_seconds": round(elapsed, 1), "cpu_count": os.cpu_count(), "seed": args.seed, "rows": rows}
     out.write_text(json.dumps(payload, indent=1, default=str) + "\n", encoding="utf-8")
     print(f"wrote {out}")
     return 0 if all(r["caught"] for r in rows) and not any(r["false_alarm_count"] for r in rows) else 1
