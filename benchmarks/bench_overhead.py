@@ -399,21 +399,30 @@ def hook_inputs(batch: RolloutBatch, output: dict[str, torch.Tensor]) -> tuple[A
 
 
 def bare_guard_run(tokenizer: Any, config: GuardsConfig, ctx: RunContext, batch: RolloutBatch) -> Any:
-    """A ``GuardRun`` without a trainer: just what ``_build_batch`` reads (private API; fine for a benchmark)."""
+    """A real ``GuardRun`` (no guards) on a stand-in trainer holding what the hook reads; for ``_build_batch``."""
     from rl_guards.trl.hook import GuardRun
 
-    run = GuardRun.__new__(GuardRun)
-    run.config = config
-    run.ctx = ctx
-    run.trainer = SimpleNamespace(
+    trainer = SimpleNamespace(
+        args=SimpleNamespace(
+            output_dir=ctx.output_dir,
+            max_completion_length=batch.max_completion_length,
+            chat_template_kwargs=dict(ctx.chat_template_kwargs),
+            mask_truncated_completions=False,
+        ),
+        processing_class=tokenizer,
         accelerator=None,
+        eos_token_ids=list(ctx.eos_token_ids),
+        reward_func_names=list(batch.reward_names),
+        reward_funcs=[],
         reward_weights=torch.ones(len(batch.reward_names)),
         num_generations=batch.num_generations,
-        args=SimpleNamespace(max_completion_length=batch.max_completion_length),
         state=SimpleNamespace(epoch=0.0, global_step=batch.step),
         model=SimpleNamespace(training=True),
+        _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
+        _generate_and_score_completions=lambda inputs: inputs,
+        _calculate_rewards=lambda *args: None,
     )
-    return run
+    return GuardRun(trainer, config, [])
 
 
 def reward_wrappers(tokenizer: Any) -> dict[str, Callable[..., Any]]:
