@@ -208,6 +208,8 @@ class RewardSanityConfig(GuardConfig):
 
     mode: Mode = "raise"
     cases_file: str | None = None  # YAML/JSON cases (task, prompt, good, bad, columns); None = check skipped
+    # shaping terms (e.g. a length penalty): exempt from the per-function rule, still part of the weighted total
+    shaping: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -11,7 +11,14 @@ import pytest
 
 from rl_guards.config import GuardsConfig
 from rl_guards.core.batch import RolloutBatch
-from rl_guards.errors import DeadGradientError, GuardError, RewardSanityError, RoutingError, TruncationError
+from rl_guards.errors import (
+    ConfigError,
+    DeadGradientError,
+    GuardError,
+    RewardSanityError,
+    RoutingError,
+    TruncationError,
+)
 from rl_guards.guards.base import Guard, GuardSession, RunContext
 from rl_guards.guards.dead_groups import DeadGroupGuard
 from rl_guards.guards.reward_sanity import RewardSanityGuard
@@ -391,3 +398,29 @@ def test_reward_sanity_guard_from_yaml(tmp_path: Path) -> None:
     missing = {"reward_sanity": {"cases_file": str(tmp_path / "nope.yaml")}}
     with pytest.raises(RewardSanityError, match=r"nope\.yaml"):
         run(RewardSanityGuard, [], missing, RunContext(reward_funcs=[math_ok]), mode="raise")
+
+
+def shorter_is_better(completions: list[Any], **kwargs: Any) -> list[float]:
+    return [-0.01 * len(c[0]["content"]) if isinstance(c, list) else -0.01 * len(c) for c in completions]
+
+
+def test_reward_sanity_shaping_terms_and_weighted_total() -> None:
+    # The length penalty prefers the empty bad answer: a per-function failure unless declared a shaping term.
+    strict = check_reward_sanity([math_ok, shorter_is_better], CASES[:1])
+    by = {r.func: r for r in strict.results}
+    assert by["shorter_is_better"].status == "fail" and not strict.ok
+    assert by["(total)"].status == "ok"  # 1 - 0.08 for the good answer still beats 0 for the empty one
+    shaped = check_reward_sanity([math_ok, shorter_is_better], CASES[:1], shaping=["shorter_is_better"])
+    assert {r.func: r.status for r in shaped.results} == {
+        "math_ok": "ok",
+        "shorter_is_better": "shaping",
+        "(total)": "ok",
+    }
+    assert shaped.ok
+    # A weight that lets the shaping term dominate breaks the total: that is a real failure.
+    heavy = check_reward_sanity(
+        [math_ok, shorter_is_better], CASES[:1], shaping=["shorter_is_better"], weights=[1, 200]
+    )
+    assert {r.func: r.status for r in heavy.results}["(total)"] == "fail" and not heavy.ok
+    with pytest.raises(ConfigError, match="weights"):
+        check_reward_sanity([math_ok], CASES[:1], weights=[1.0, 2.0])

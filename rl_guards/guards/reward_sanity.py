@@ -46,7 +46,16 @@ class RewardSanityGuard(Guard):
                 RewardSanityError,
             )
             return
-        result = check_reward_sanity(self.ctx.reward_funcs, cases, task_column=self.guards_config.tasks.task_column)
+        weights = getattr(self.ctx.args, "reward_weights", None)
+        if weights is not None and len(weights) != len(self.ctx.reward_funcs):
+            weights = None
+        result = check_reward_sanity(
+            self.ctx.reward_funcs,
+            cases,
+            task_column=self.guards_config.tasks.task_column,
+            weights=weights,
+            shaping=self.config.shaping,
+        )
         report.metric("failures", float(len(result.failures) + len(result.unserved_tasks)))
         report.metric("checked", float(sum(r.status != "not_served" for r in result.results)))
         if result.ok:

@@ -11,7 +11,10 @@ Cases, per task (a YAML or JSON file, a list or ``{"cases": [...]}``)::
 Each function is called as TRL calls it (``prompts=``, ``completions=``, ``completion_ids=None``, the columns,
 ``trainer_state=None``, no-op ``log_extra``/``log_metric``), on the good and bad completions of a case
 together. A function that returns None for every row does not serve the task; one that serves it must give
-every good completion a higher reward than every bad one: ``min(good) > max(bad)``.
+every good completion a higher reward than every bad one: ``min(good) > max(bad)``, unless it is named in
+``shaping`` (a length penalty or format bonus is not meant to tell right from wrong). The weighted total that
+GRPO optimises (the functions that scored, times ``weights``) must always rank good above bad: it is reported as
+the ``(total)`` row.
 """
 
 from __future__ import annotations
@@ -72,7 +75,9 @@ class SanityResult:
     case: int  # index of the case
     task: str
     func: str
-    status: str  # "ok", "fail" (some bad >= some good), "not_served" (all None), "partial" (some None), "error"
+    # "ok", "fail" (some bad >= some good), "not_served" (all None), "partial" (some None), "error",
+    # "shaping" (a shaping term that does not separate good from bad: shown, not a failure)
+    status: str
     min_good: float | None = None
     max_bad: float | None = None
     detail: str = ""
@@ -154,10 +159,21 @@ def _noop(*args: Any, **kwargs: Any) -> None:
     return None
 
 
+TOTAL = "(total)"
+
+
 def check_reward_sanity(
-    reward_funcs: Sequence[Any], cases: Sequence[SanityCase | dict[str, Any]], *, task_column: str = "task"
+    reward_funcs: Sequence[Any],
+    cases: Sequence[SanityCase | dict[str, Any]],
+    *,
+    task_column: str = "task",
+    weights: Sequence[float] | None = None,
+    shaping: Sequence[str] = (),
 ) -> SanityReport:
     """Score every case with every function and compare good against bad (see module doc)."""
+    if weights is not None and len(weights) != len(reward_funcs):
+        raise ConfigError(f"{len(weights)} reward weights for {len(reward_funcs)} reward functions")
+    weight_list = [float(w) for w in weights] if weights is not None else [1.0] * len(reward_funcs)
     parsed = [c if isinstance(c, SanityCase) else SanityCase.from_dict(c, f"case {i}") for i, c in enumerate(cases)]
     results: list[SanityResult] = []
     served: dict[str, bool] = {}
@@ -171,7 +187,8 @@ def check_reward_sanity(
         columns = {key: [value] * n for key, value in case.columns.items()}
         columns[task_column] = [case.task] * n
         served.setdefault(case.task, False)
-        for fn in reward_funcs:
+        totals: list[float | None] = [None] * n
+        for fn, weight in zip(reward_funcs, weight_list, strict=True):
             name = reward_name(fn)
             if not callable(fn) or isinstance(fn, str):
                 results.append(SanityResult(index, case.task, name, "error", detail="not a callable reward function"))
@@ -198,27 +215,43 @@ def check_reward_sanity(
                 results.append(SanityResult(index, case.task, name, "not_served"))
                 continue
             served[case.task] = True
+            for i, value in enumerate(scores):
+                if value is not None:
+                    totals[i] = (totals[i] or 0.0) + weight * value
             good, bad = scores[: len(case.good)], scores[len(case.good) :]
             if any(s is None for s in scores):
                 skipped = [i for i, s in enumerate(scores) if s is None]
                 results.append(SanityResult(index, case.task, name, "partial", detail=f"None for rows {skipped}"))
                 continue
-            min_good, max_bad = min(g for g in good if g is not None), max(b for b in bad if b is not None)
-            status = "ok" if min_good > max_bad else "fail"
-            detail = ""
-            if status == "fail":
-                worst_good = case.good[good.index(min_good)]
-                best_bad = case.bad[bad.index(max_bad)]
-                detail = f"good {worst_good[:40]!r} <= bad {best_bad[:40]!r}"
-            results.append(SanityResult(index, case.task, name, status, min_good, max_bad, detail))
+            result = _compare(index, case, name, good, bad)
+            if result.status == "fail" and name in shaping:
+                result.status = "shaping"
+            results.append(result)
+        if any(t is not None for t in totals) and all(t is not None for t in totals):
+            results.append(_compare(index, case, TOTAL, totals[: len(case.good)], totals[len(case.good) :]))
     return SanityReport(results, sorted(t for t, ok in served.items() if not ok))
 
 
+def _compare(index: int, case: SanityCase, name: str, good: list[Any], bad: list[Any]) -> SanityResult:
+    """``ok`` when every good score is above every bad score, else ``fail`` naming the closest pair."""
+    min_good, max_bad = min(good), max(bad)
+    if min_good > max_bad:
+        return SanityResult(index, case.task, name, "ok", min_good, max_bad)
+    worst_good, best_bad = case.good[good.index(min_good)], case.bad[bad.index(max_bad)]
+    detail = f"good {worst_good[:40]!r} <= bad {best_bad[:40]!r}"  # cut for the table only
+    return SanityResult(index, case.task, name, "fail", min_good, max_bad, detail)
+
+
 def assert_reward_sanity(
-    reward_funcs: Sequence[Any], cases: Sequence[SanityCase | dict[str, Any]], *, task_column: str = "task"
+    reward_funcs: Sequence[Any],
+    cases: Sequence[SanityCase | dict[str, Any]],
+    *,
+    task_column: str = "task",
+    weights: Sequence[float] | None = None,
+    shaping: Sequence[str] = (),
 ) -> SanityReport:
     """:func:`check_reward_sanity`, raising :class:`RewardSanityError` with the table when anything fails."""
-    report = check_reward_sanity(reward_funcs, cases, task_column=task_column)
+    report = check_reward_sanity(reward_funcs, cases, task_column=task_column, weights=weights, shaping=shaping)
     if not report.ok:
         raise RewardSanityError(sanity_message(report), guard="reward_sanity")
     return report
@@ -230,7 +263,8 @@ def sanity_message(report: SanityReport) -> str:
     return (
         f"reward functions disagree with known-good/known-bad completions ({n} failing function/case pair(s)"
         f"{', unscored tasks ' + str(report.unserved_tasks) if report.unserved_tasks else ''}):\n{report.table()}\n"
-        "Fix: a 'fail' row ranks a bad completion at or above a good one (fix the reward or the case); 'partial' "
+        "Fix: a 'fail' row ranks a bad completion at or above a good one (fix the reward or the case; name shaping "
+        "terms such as a length penalty in reward_sanity.shaping; the '(total)' row must pass); 'partial' "
         "means None for some rows of a task the function serves; 'error' is an exception; a task no function "
         "scores gets zero advantage in training."
     )
