@@ -201,3 +201,12 @@ def test_stopping_batch_is_dumped_for_the_post_mortem(make_grpo_trainer: Any, tm
     entries = {e["step"]: e for e in store.index()}
     assert entries[1]["reason"] == "stopped"
     assert len(store.rows(1)) == trainer.args.per_device_train_batch_size
+
+
+def test_installing_twice_is_refused(make_grpo_trainer: Any) -> None:
+    from rl_guards.errors import ConfigError
+
+    trainer = make_grpo_trainer(max_steps=1)
+    rl_guards.install(trainer, GuardsConfig(), guards=[ProbeGuard])
+    with pytest.raises(ConfigError, match="already installed"):
+        rl_guards.install(trainer, GuardsConfig(), guards=[ProbeGuard])

@@ -71,6 +71,9 @@ def install(
         config = GuardsConfig.from_yaml(config)
     elif not isinstance(config, GuardsConfig):
         raise ConfigError(f"config must be a GuardsConfig, dict or YAML path, got {type(config).__name__}")
+    handler = getattr(trainer, "callback_handler", None)
+    if any(isinstance(cb, GuardRun) for cb in getattr(handler, "callbacks", [])):
+        raise ConfigError("rl_guards is already installed on this trainer; call install() once per trainer")
     run = GuardRun(trainer, config, guards if guards is not None else BATCH_GUARDS)
     trainer.add_callback(run)
     return run
