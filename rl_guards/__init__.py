@@ -28,6 +28,7 @@ from rl_guards.errors import (
 )
 
 if TYPE_CHECKING:
+    from rl_guards.trl.callback import GuardsCallback
     from rl_guards.trl.hook import GuardRun
 
 __version__ = "0.1.0"
@@ -40,10 +41,20 @@ def install(trainer: Any, config: Any = None, **kwargs: Any) -> GuardRun:
     return _install(trainer, config, **kwargs)
 
 
+def __getattr__(name: str) -> Any:
+    # Lazy: the callback imports transformers, which ``import rl_guards`` must not pay for.
+    if name == "GuardsCallback":
+        from rl_guards.trl.callback import GuardsCallback
+
+        return GuardsCallback
+    raise AttributeError(f"module 'rl_guards' has no attribute {name!r}")
+
+
 __all__ = [
     "ConfigError",
     "GuardError",
     "GuardsArguments",
+    "GuardsCallback",
     "GuardsConfig",
     "IncompatibleTrainerError",
     "MaskingError",

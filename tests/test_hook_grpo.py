@@ -210,3 +210,27 @@ def test_installing_twice_is_refused(make_grpo_trainer: Any) -> None:
     rl_guards.install(trainer, GuardsConfig(), guards=[ProbeGuard])
     with pytest.raises(ConfigError, match="already installed"):
         rl_guards.install(trainer, GuardsConfig(), guards=[ProbeGuard])
+
+
+def test_constructor_callback_runs_the_start_checks(make_grpo_trainer: Any) -> None:
+    from datasets import Dataset
+
+    from rl_guards.errors import TemplateError
+    from rl_guards.trl.callback import GuardsCallback
+
+    prefilled = Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "<think>\n"}]] * 4,
+            "task": ["arith"] * 4,
+            "answer": ["4"] * 4,
+        }
+    )
+    callback = GuardsCallback({"template": {"mode": "raise"}})
+    trainer = make_grpo_trainer(max_steps=1, train_dataset=prefilled, callbacks=[callback])
+    with pytest.raises(TemplateError, match="prefill"):
+        trainer.train()
+    clean = GuardsCallback({"template": {"mode": "raise"}})
+    trainer = make_grpo_trainer(max_steps=1, callbacks=[clean])
+    trainer.train()
+    assert not [f for f in clean.session.findings if f.guard == "template" and f.severity == "error"]
+    assert {g.name for g in clean.guards} == {"preflight", "template"}
