@@ -1,7 +1,7 @@
-"""Run every benchmark in ``benchmarks/``, write ``benchmarks/RESULTS.md``: one command, about 10 minutes on 2 cores.
+"""Run every benchmark in ``benchmarks/``, write ``benchmarks/RESULTS.md``: one command, 5-10 minutes on 2 cores.
 
 Each ``benchmarks/*.py`` script runs in its own process, one after another (never side by side: they time
-things), with the quick arguments of :data:`PRESETS` (a script not listed runs with none), under a time limit.
+things), with the arguments of :data:`PRESETS` (a script not listed runs with none), under a time limit.
 Then the failure-mode benchmark (``benchmarks/failure_modes/run.py``, ``run_all() -> list[dict]``) runs in this
 process. ``RESULTS.md`` gets the machine (CPU, cores, memory, load, Python, torch / trl / transformers), the date,
 the git commit, a summary of what ran and how long, and each benchmark's own tables, in the order they ran::
@@ -27,11 +27,11 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
-# Quick arguments per script: together they keep a run near 10 minutes on an idle 2-core machine.
+# Arguments per script (none = its defaults); together about 5 minutes on an idle 2-core machine, under 10 loaded.
 PRESETS: dict[str, list[str]] = {
-    "bench_overhead.py": ["--quick"],
-    "bench_scanner.py": ["10"],  # megabytes of corpus
-    "bench_rollout_dump.py": ["1024", "512", "2"],  # rows, mean tokens, repeats
+    "bench_overhead.py": [],  # 100 on/off step pairs, 64..4,096 rows x 256..8,192 tokens (--quick: smaller)
+    "bench_scanner.py": ["50"],  # megabytes of corpus
+    "bench_rollout_dump.py": ["1024", "512", "3"],  # rows, mean tokens, repeats
     "bench_task_guards.py": ["512", "1024"],  # rows, tokens per completion
     "bench_masks.py": ["3"],  # repeats
     "bench_tiny_fixture.py": [],
@@ -165,6 +165,15 @@ def run_failure_modes() -> Result | None:
     return Result(FAILURE_MODES, "benchmarks.failure_modes.run.run_all()", seconds, code, text, err)
 
 
+def readable(stdout: str) -> str:
+    """A script's output without the Trainer's per-step log dicts (``{'loss': ...}``), which say nothing here."""
+    lines = stdout.rstrip().splitlines()
+    kept = [line for line in lines if not (line.startswith("{'") and line.endswith("}"))]
+    if len(kept) < len(lines):
+        kept.append(f"({len(lines) - len(kept)} Trainer log lines left out)")
+    return "\n".join(kept)
+
+
 def generic_table(rows: list[dict[str, Any]]) -> str:
     """A markdown table of flat dict rows (nested values shown as text)."""
     if not rows:
@@ -201,9 +210,9 @@ def render(results: list[Result], skipped: list[tuple[str, str]], info: dict[str
         lines.append(f"| {Path(name).stem} | | | not run: {why} |")
     for r in results:
         lines += ["", f"## {r.name}", "", f"`{r.command}`", ""]
-        body = r.stdout.rstrip()
-        if "|---" in body:  # the script prints markdown tables itself
-            lines.append(body)
+        body = readable(r.stdout)
+        if "|---" in body:  # the script prints markdown itself: its headings go one level down
+            lines += [("#" + line if line.startswith("#") else line) for line in body.splitlines()]
         elif body:
             lines += ["```text", body, "```"]
         if r.returncode != 0:

@@ -52,32 +52,33 @@ def _dumped_steps(folder: Path) -> list[int]:
     return sorted(int(p.stem.split("_")[1]) for p in folder.glob("step_*.parquet"))
 
 
-def _kill_between_checkpoints(out: Path, rollouts: Path) -> tuple[list[int], int]:
+def _kill_between_checkpoints(out: Path, rollouts: Path, log: Path) -> tuple[list[int], int]:
     """Run, SIGKILL once a checkpoint is complete and a later step is dumped; return (dumped steps, checkpoint)."""
-    proc = subprocess.Popen(
-        [sys.executable, str(SCRIPT), str(out), "--max_steps", str(MAX_STEPS), "--step_sleep", "0.3"],
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 300
-    try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"the run ended before the kill:\n{proc.stdout.read().decode()[-3000:]}")  # type: ignore[union-attr]
-            checkpoints = _complete_checkpoints(out)
-            dumped = _dumped_steps(rollouts)
-            if checkpoints and dumped and dumped[-1] > checkpoints[-1]:
-                break
-            if time.monotonic() > deadline:
-                pytest.fail("no checkpoint after 300 s")
-            time.sleep(0.02)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.stdout.close()  # type: ignore[union-attr]
+    with log.open("w") as sink:  # a file, not a pipe: a full pipe would block the child
+        proc = subprocess.Popen(
+            [sys.executable, str(SCRIPT), str(out), "--max_steps", str(MAX_STEPS), "--step_sleep", "0.3"],
+            env=_env(),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 300
+        try:
+            while True:
+                if proc.poll() is not None:
+                    pytest.fail(f"the run ended before the kill:\n{log.read_text()[-3000:]}")
+                checkpoints = _complete_checkpoints(out)
+                dumped = _dumped_steps(rollouts)
+                if checkpoints and dumped and dumped[-1] > checkpoints[-1]:
+                    break
+                if time.monotonic() > deadline:
+                    pytest.fail(f"no checkpoint after 300 s:\n{log.read_text()[-3000:]}")
+                time.sleep(0.02)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
     return _dumped_steps(rollouts), _complete_checkpoints(out)[-1]
 
@@ -89,7 +90,7 @@ def _task_rows(entry: dict[str, Any]) -> dict[str, float]:
 def test_sigkill_between_checkpoints_then_resume_loses_and_duplicates_nothing(tiny: Any, tmp_path: Path) -> None:
     out = tmp_path / "run"
     rollouts = out / "rl_guards" / "rollouts"
-    pre_kill, resume_at = _kill_between_checkpoints(out, rollouts)
+    pre_kill, resume_at = _kill_between_checkpoints(out, rollouts, tmp_path / "killed_run.log")
     killed_at = time.time()
     assert resume_at < MAX_STEPS and not (out / "trainer_state.json").exists()
     abandoned = [s for s in pre_kill if s >= resume_at]
