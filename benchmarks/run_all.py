@@ -91,7 +91,9 @@ def machine_info() -> dict[str, str]:
     )
     info["packages"] = versions.stdout.strip() or versions.stderr.strip()[-300:]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True, cwd=ROOT)
+    dirty = subprocess.run(  # RESULTS.md itself does not count
+        ["git", "status", "--porcelain", "--", ".", ":!benchmarks/RESULTS.md"], capture_output=True, text=True, cwd=ROOT
+    )
     if commit.returncode == 0:
         info["commit"] = commit.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
     return info
