@@ -161,11 +161,15 @@ class SlicingConfig(GuardConfig):
 
     min_repeats: int = 3  # this many texts of one identical round length look like a cap
     min_length: int = 64  # ignore caps shorter than this
+    # completions re-decoded per batch to compare with the reward functions' text: the longest ones, since a
+    # slice only shortens texts longer than its cut (0 = every row; decoding is this guard's main cost)
+    decode_rows: int = 64
 
     def validate(self, prefix: str) -> None:
         super().validate(prefix)
         _check_positive(prefix, "min_repeats", self.min_repeats)
         _check_positive(prefix, "min_length", self.min_length)
+        _check_positive(prefix, "decode_rows", self.decode_rows, allow_zero=True)
 
 
 @dataclass

@@ -424,3 +424,32 @@ def test_reward_sanity_shaping_terms_and_weighted_total() -> None:
     assert {r.func: r.status for r in heavy.results}["(total)"] == "fail" and not heavy.ok
     with pytest.raises(ConfigError, match="weights"):
         check_reward_sanity([math_ok], CASES[:1], weights=[1.0, 2.0])
+
+
+def test_slicing_decodes_only_the_longest_rows_and_still_finds_the_cut() -> None:
+    from rl_guards.core.batch import RolloutBatch
+
+    decoded_calls: list[int] = []
+
+    def decode(ids: list[int]) -> str:
+        decoded_calls.append(len(ids))
+        return "x" * len(ids)
+
+    # 8 rows; row 5 is the longest and reached the reward cut to 100 of 300 characters.
+    lengths = [10, 20, 30, 40, 50, 300, 60, 70]
+    completions = ["x" * n for n in lengths]
+    completions[5] = "x" * 100
+    batch = RolloutBatch(
+        step=0, mode="train", num_generations=4, reward_names=["r"], reward_weights=[1.0],
+        rewards=[[0.0]] * 8, advantages=[0.0] * 8, tasks=["t"] * 8, completions=completions,
+        completion_ids=[[1] * n for n in lengths], prompt_ids=[[1]] * 8, truncated=[False] * 8,
+        thinking=[None] * 8,
+    )  # fmt: skip
+    config = GuardsConfig.from_dict({"slicing": {"mode": "log", "decode_rows": 2}})
+    guard = SlicingGuard(config)
+    guard.setup(RunContext(decode_text=decode))
+    session = GuardSession()
+    guard.on_batch(batch, session.reporter("slicing", guard.config, 0))
+    assert sorted(decoded_calls) == [70, 300]  # only the two longest rows were decoded
+    assert session.counts[("slicing", "completion_cut")] == 1
+    assert "row 5" in session.findings[0].message

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar
 
 from rl_guards.config import SlicingConfig
@@ -33,7 +34,7 @@ class SlicingGuard(Guard):
     Checks, per batch:
 
     - ``completion_cut``: a completion reached the reward functions shorter than its decoded tokens (needs
-      the run context's ``decode_text``, or a tokenizer);
+      the run context's ``decode_text``, or a tokenizer); the ``slicing.decode_rows`` longest rows are checked;
     - ``judge_input_cut``: a text recorded by :func:`rl_guards.rewards.slicing.watch_inputs` holds a
       completion cut short;
     - ``length_cap``: at least ``slicing.min_repeats`` distinct texts of one place (completions, prompt
@@ -72,8 +73,10 @@ class SlicingGuard(Guard):
         decode = self._decoder()
         cut_completions: list[CutText] = []
         if decode is not None:
-            decoded = [decode(ids) for ids in batch.completion_ids]
-            cut_completions = find_cut_completions(batch.completions, decoded)
+            rows = self._rows_to_decode(batch)
+            decoded = [decode(batch.completion_ids[i]) for i in rows]
+            cuts = find_cut_completions([batch.completions[i] for i in rows], decoded)
+            cut_completions = [dataclasses.replace(c, row=rows[c.row]) for c in cuts]
 
         places: dict[str, list[str]] = {"completion": list(batch.completions)}
         places.update(_prompt_texts(batch.prompts))
@@ -108,6 +111,14 @@ class SlicingGuard(Guard):
                 report.violation("judge_input_cut", message, TruncationError)
         if caps:
             report.violation("length_cap", self._cap_message(batch, caps), TruncationError)
+
+    def _rows_to_decode(self, batch: RolloutBatch) -> list[int]:
+        """Every row, or the ``decode_rows`` longest (a slice only shortens texts longer than its cut)."""
+        limit = self.config.decode_rows
+        if not limit or limit >= len(batch):
+            return list(range(len(batch)))
+        longest = sorted(range(len(batch)), key=lambda i: (-len(batch.completion_ids[i]), i))[:limit]
+        return sorted(longest)
 
     @staticmethod
     def _cut_message(batch: RolloutBatch, cuts: list[CutText], what: str) -> str:

@@ -267,7 +267,7 @@ class GuardRun(TrainerCallback, ExportableState):
 
         local_rows = []
         for i, example in enumerate(inputs):
-            ids = [int(t) for t in completion_ids_list[i]]
+            ids = list(map(int, completion_ids_list[i]))
             thinking = example.get(think_col, default_thinking)
             columns = {
                 k: v
