@@ -203,3 +203,12 @@ def test_report_renders_in_headless_chromium(run_dir: Path, tmp_path: Path) -> N
     first = tuple(int(PALETTE[0][i : i + 2], 16) for i in (1, 3, 5))
     near = np.all(np.abs(rgb.astype(int) - np.array(first)) <= 12, axis=2).sum()
     assert near > 200, f"chart colour {PALETTE[0]} found on {near} pixels only"
+
+
+def test_axis_ticks_cover_the_data_range() -> None:
+    from rl_guards.rollouts.report import _nice_ticks
+
+    for lo, hi in [(-0.37, 0.62), (0.0, 0.05), (-1.3, 4.01), (3.0, 3.0), (0.1, 0.52)]:
+        ticks = _nice_ticks(lo, hi)
+        assert ticks[0] <= lo and ticks[-1] >= hi, (lo, hi, ticks)
+        assert ticks == sorted(ticks) and len(ticks) <= 8

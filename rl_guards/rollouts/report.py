@@ -156,11 +156,10 @@ def _nice_ticks(lo: float, hi: float, count: int = 5, *, integer: bool = False) 
     if integer:
         step = max(1.0, round(step))
     start = math.floor(lo / step) * step
-    ticks = []
-    value = start
-    while value <= hi + step * 1e-6:
-        ticks.append(round(value, 10))
-        value += step
+    ticks = [round(start, 10)]
+    # Up to the first tick at or above ``hi``: the axis must hold the largest value, not stop below it.
+    while ticks[-1] < hi - step * 1e-6:
+        ticks.append(round(ticks[-1] + step, 10))
     return ticks
 
 
