@@ -234,3 +234,28 @@ def test_constructor_callback_runs_the_start_checks(make_grpo_trainer: Any) -> N
     trainer.train()
     assert not [f for f in clean.session.findings if f.guard == "template" and f.severity == "error"]
     assert {g.name for g in clean.guards} == {"preflight", "template"}
+
+
+def test_eval_batches_are_guarded_and_logged_under_eval(tiny: Any, tmp_path: Path) -> None:
+    from trl import GRPOTrainer
+
+    from rl_guards.testing import make_dataset, tiny_grpo_config
+    from rl_guards.testing.rewards import arith_correct, echo_match
+
+    ProbeGuard.seen.clear()
+    trainer = GRPOTrainer(
+        model=tiny.model_dir,
+        processing_class=tiny.load_tokenizer(),
+        reward_funcs=[arith_correct, echo_match],
+        args=tiny_grpo_config(
+            tmp_path / "eval", max_steps=2, eval_strategy="steps", eval_steps=2, per_device_eval_batch_size=8
+        ),
+        train_dataset=make_dataset(),
+        eval_dataset=make_dataset(n_per_task=2),
+    )
+    rl_guards.install(trainer, GuardsConfig(), guards=[ProbeGuard])
+    trainer.train()
+    modes = [b.mode for b in ProbeGuard.seen]
+    assert modes.count("train") == 2 and modes.count("eval") >= 1
+    eval_rows = [r for r in trainer.state.log_history if "eval_rl_guards/probe/rows" in r]
+    assert eval_rows, "guard metrics of eval batches missing from the eval log"
