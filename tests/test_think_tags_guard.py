@@ -1,4 +1,4 @@
-"""ThinkTagsMonitor on hand-built batches (table), with a real tokenizer, and on a real GRPOTrainer."""
+"""ThinkTagsGuard on hand-built batches (table), with a real tokenizer, and on a real GRPOTrainer."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from rl_guards.core.think_markup import ALL_CODES, GEMMA4, GPTOSS, THINK, ThinkM
 from rl_guards.errors import ThinkMarkupError
 from rl_guards.guards.base import GuardSession, RLGuardsWarning, RunContext
 from rl_guards.guards.think_tags import (
-    ThinkTagsMonitor,
+    ThinkTagsGuard,
     display_text,
     markup_from_config,
     tag_token_ids,
@@ -50,7 +50,7 @@ def make_batch(rows: list[tuple[str, bool | None, bool, str]], **extra: Any) -> 
 
 def run_guard(batch: RolloutBatch, config: GuardsConfig | None = None, ctx: RunContext | None = None):
     config = config or GuardsConfig.from_dict({"think_tags": {"mode": "log"}})
-    guard = ThinkTagsMonitor(config)
+    guard = ThinkTagsGuard(config)
     guard.setup(ctx or RunContext())
     session = GuardSession()
     guard.on_batch(batch, session.reporter(guard.name, guard.config, batch.step))
@@ -271,7 +271,7 @@ def test_monitor_on_real_grpo_run(make_grpo_trainer: Any, tiny: Any) -> None:
 
     trainer = make_grpo_trainer(max_steps=2, train_dataset=testing.make_dataset(thinking="mixed"))
     config = GuardsConfig.from_dict({"think_tags": {"mode": "log"}})
-    run = rl_guards.install(trainer, config, guards=[ThinkTagsMonitor])
+    run = rl_guards.install(trainer, config, guards=[ThinkTagsGuard])
     trainer.train()
     keys = {k for row in trainer.state.log_history for k in row}
     for key in ("anomalous_rate", "thinking_share", "rate/unclosed_open"):

@@ -15,7 +15,7 @@ from rl_guards.guards.routing import RoutingGuard
 from rl_guards.guards.slicing import SlicingGuard
 from rl_guards.guards.task_rewards import TaskRewardMonitor
 from rl_guards.guards.template import DoubleThinkGuard
-from rl_guards.guards.think_tags import ThinkTagsMonitor
+from rl_guards.guards.think_tags import ThinkTagsGuard
 from rl_guards.guards.truncation import TruncationGuard
 from rl_guards.rollouts.recorder import RolloutRecorder
 from rl_guards.trl.grpo_masks import GRPOMaskGuard
@@ -30,6 +30,6 @@ BATCH_GUARDS: list[type[Guard]] = [
     DeadGroupGuard,
     TruncationGuard,
     SlicingGuard,
-    ThinkTagsMonitor,
+    ThinkTagsGuard,
     RolloutRecorder,
 ]

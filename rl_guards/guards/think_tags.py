@@ -74,7 +74,7 @@ def display_text(text: str, chars: int = EXAMPLE_CHARS) -> str:
     return f"{text[:chars]!r} … [{len(text) - 2 * chars} chars not shown] … {text[-chars:]!r}"
 
 
-class ThinkTagsMonitor(Guard):
+class ThinkTagsGuard(Guard):
     """Scans every completion's think markup with :func:`~rl_guards.core.think_markup.scan`.
 
     Each row is scanned in its own mode (``batch.thinking[i]``, else ``chat_template_kwargs["enable_thinking"]``,

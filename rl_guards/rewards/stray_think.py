@@ -75,7 +75,7 @@ class StrayThinkPenalty:
         open_id / close_id: the tags' token ids, to count tags on ``completion_ids`` too (optional).
         enabled: False returns ``0.0`` for every row.
         mode: ``warn`` warns once when a row is first penalised; ``log``/``raise`` only log metrics (a reward
-            function never stops the run; the :class:`~rl_guards.guards.think_tags.ThinkTagsMonitor` does).
+            function never stops the run; the :class:`~rl_guards.guards.think_tags.ThinkTagsGuard` does).
         prompt_opened_thinking / prompt_opened_nonthinking: the rendered generation prompt already opens the block
             in that mode (see :meth:`set_prompt_opened`).
     """
