@@ -18,12 +18,12 @@ itself records what TRL passed it, which the guard already sees; the cut usually
 
 from __future__ import annotations
 
-import functools
-import inspect
 import threading
 from collections import deque
 from collections.abc import Callable
 from typing import Any
+
+from rl_guards.rewards.callables import is_async_reward, reward_name
 
 __all__ = ["AsyncInputWatch", "InputWatch", "drain_watched", "watch_inputs"]
 
@@ -61,19 +61,13 @@ def _strings(value: Any, depth: int = 0) -> list[str]:
     return []
 
 
-def _name(fn: Any) -> str:
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    return str(getattr(fn, "__name__", type(fn).__name__))
-
-
 class InputWatch:
     """Calls ``fn`` unchanged after recording the strings it receives under ``name``; picklable with ``fn``."""
 
     def __init__(self, fn: Callable[..., Any], name: str | None = None) -> None:
         self.fn = fn
-        self.watch_name = name or _name(fn)
-        self.__name__ = _name(fn)
+        self.watch_name = name or reward_name(fn)
+        self.__name__ = reward_name(fn)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.watch_name})"
@@ -99,8 +93,4 @@ class AsyncInputWatch(InputWatch):
 
 def watch_inputs(fn: Callable[..., Any], name: str | None = None) -> InputWatch:
     """Wrap ``fn`` so the strings it receives are checked for cut copies of completions (see module doc)."""
-    target = fn
-    while isinstance(target, functools.partial):
-        target = target.func
-    is_async = inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(getattr(target, "__call__", None))  # noqa: B004
-    return (AsyncInputWatch if is_async else InputWatch)(fn, name)
+    return (AsyncInputWatch if is_async_reward(fn) else InputWatch)(fn, name)
