@@ -32,8 +32,3 @@ def truncation_by_task(batch: RolloutBatch, max_examples: int = 2) -> dict[str, 
             if len(stats.examples) < max_examples:
                 stats.examples.append(row)
     return out
-
-
-def text_tail(text: str, chars: int = 120) -> str:
-    """The last ``chars`` characters, marked with ``…`` when cut, as a repr (shows whitespace)."""
-    return repr(text) if len(text) <= chars else "…" + repr(text[-chars:])

@@ -7,14 +7,11 @@ from typing import Any, ClassVar
 from rl_guards.config import RoutingConfig
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.core.routing import RoutingReport, RoutingTable, check_routing, table_from_funcs, table_from_names
+from rl_guards.core.templates import visible_tail
 from rl_guards.errors import RoutingError
 from rl_guards.guards.base import Guard, Reporter
 
-_TAIL = 80
-
-
-def _tail(text: str, n: int = _TAIL) -> str:
-    return repr(text if len(text) <= n else "…" + text[-n:])
+TAIL_CHARS = 80  # characters of a completion's end shown in a message
 
 
 class RoutingGuard(Guard):
@@ -111,7 +108,8 @@ class RoutingGuard(Guard):
         row = result.examples.get((kind, task))
         if row is None:
             return ""
-        return f"\nExample: row {row} (task {task!r}), completion {_tail(batch.completions[row])}"
+        tail = visible_tail(batch.completions[row], width=TAIL_CHARS)
+        return f"\nExample: row {row} (task {task!r}), completion {tail}"
 
     def _unscored_message(self, batch: RolloutBatch, result: RoutingReport) -> str:
         total = result.rows_per_task

@@ -6,9 +6,12 @@ from typing import Any, ClassVar
 
 from rl_guards.config import TruncationConfig
 from rl_guards.core.batch import RolloutBatch
-from rl_guards.core.truncation import text_tail, truncation_by_task
+from rl_guards.core.templates import visible_tail
+from rl_guards.core.truncation import truncation_by_task
 from rl_guards.errors import TruncationError
 from rl_guards.guards.base import Guard, Reporter
+
+TAIL_CHARS = 120  # characters of a truncated completion's end shown in a message
 
 
 class TruncationGuard(Guard):
@@ -53,9 +56,8 @@ class TruncationGuard(Guard):
         for s in over:
             lines.append(f"  task {s.task!r}: {s.truncated}/{s.rows} truncated ({s.rate:.0%})")
             for row in s.examples:
-                lines.append(
-                    f"    row {row} ({len(batch.completion_ids[row])} tokens) ends {text_tail(batch.completions[row])}"
-                )
+                tail = visible_tail(batch.completions[row], width=TAIL_CHARS)
+                lines.append(f"    row {row} ({len(batch.completion_ids[row])} tokens) ends {tail}")
         lines.append(
             "Fix: raise max_completion_length (measure with `rl-guards probe-lengths --model ... --dataset ...`), "
             "or set mask_truncated_completions=True so cut completions carry no loss, or shorten the task."
