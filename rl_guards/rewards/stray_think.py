@@ -47,6 +47,7 @@ from rl_guards.core.think_markup import (
 )
 from rl_guards.errors import ConfigError
 from rl_guards.guards.base import RLGuardsWarning
+from rl_guards.guards.think_tags import markup_from_config, tag_token_ids
 
 logger = logging.getLogger("rl_guards")
 
@@ -146,8 +147,6 @@ class StrayThinkPenalty:
     ) -> StrayThinkPenalty:
         """From a whole :class:`~rl_guards.config.GuardsConfig`: the penalty section, plus the think_tags section's
         tags and thinking column; with a tokenizer, also the tag ids and the markup family of its template."""
-        from rl_guards.guards.think_tags import markup_from_config
-
         markup = markup_from_config(config.think_tags, getattr(tokenizer, "chat_template", None))
         penalty = cls.from_config(
             config.stray_think_penalty, markup=markup, thinking_column=config.think_tags.thinking_column
@@ -158,8 +157,6 @@ class StrayThinkPenalty:
     def configure(self, tokenizer: Any = None, chat_template_kwargs: dict[str, Any] | None = None) -> None:
         """Take the tag ids from a tokenizer and the default mode from the trainer's ``chat_template_kwargs``."""
         if tokenizer is not None and (self.open_id is None or self.close_id is None):
-            from rl_guards.guards.think_tags import tag_token_ids
-
             self.open_id, self.close_id = tag_token_ids(tokenizer, self.markup)
         if chat_template_kwargs is not None:
             value = chat_template_kwargs.get("enable_thinking", True)
