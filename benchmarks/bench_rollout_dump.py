@@ -129,7 +129,7 @@ def main() -> None:
     out = Path(tempfile.mkdtemp(prefix="bench_rollouts_"))
     ctx = RunContext(output_dir=str(out), tokenizer=tokenizer, decode=decode, chat_template=tokenizer.chat_template)
     config = GuardsConfig.from_dict({"rollouts": {"every_steps": 1, "wandb_rows_per_task": 0}})
-    spec: MarkupSpec = markup_spec(ctx, "<think>", "</think>")
+    spec: MarkupSpec = markup_spec(ctx, config.think_tags)
 
     runs: list[int] = []
 

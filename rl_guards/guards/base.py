@@ -166,6 +166,11 @@ class RunContext:
     # callable(list[int]) -> str: decode skipping special tokens (what TRL hands reward functions)
     decode_text: Any = None
 
+    @property
+    def template_text(self) -> str | None:
+        """The template prompts render with: ``chat_template`` when the trainer overrides it, else the tokenizer's."""
+        return self.chat_template or getattr(self.tokenizer, "chat_template", None)
+
 
 class Guard:
     """Base class of guards. Subclasses set ``name``/``config_field`` and implement the hooks they need.

@@ -54,10 +54,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rl_guards.config import GuardsConfig, RolloutsConfig
+from rl_guards.config import GuardsConfig, RolloutsConfig, ThinkTagsConfig
 from rl_guards.core.batch import RolloutBatch
-from rl_guards.core.think_markup import THINK, ThinkMarkup, anomalies_for_mode, markup_for_template, scan
+from rl_guards.core.think_markup import THINK, ThinkMarkup, anomalies_for_mode, scan
 from rl_guards.guards.base import Guard, Reporter, RunContext
+from rl_guards.guards.think_tags import markup_from_config, tag_token_ids
 
 logger = logging.getLogger("rl_guards")
 
@@ -155,23 +156,11 @@ class MarkupSpec:
     close_id: int | None = None
 
 
-def markup_spec(ctx: RunContext, open_tag: str, close_tag: str) -> MarkupSpec:
-    """The markup of the run: the configured tags if changed from ``<think>``, else guessed from the template."""
-    if (open_tag, close_tag) != (THINK.open_tag, THINK.close_tag):
-        markup = ThinkMarkup(open_tag=open_tag, close_tag=close_tag, name="custom")
-    else:
-        markup = markup_for_template(ctx.chat_template)
-    ids: list[int | None] = [None, None]
-    tokenizer = ctx.tokenizer
-    if tokenizer is not None:
-        for k, tag in enumerate((markup.open_tag, markup.close_tag)):
-            try:
-                encoded = tokenizer.encode(tag, add_special_tokens=False)
-            except Exception:
-                continue
-            if len(encoded) == 1:
-                ids[k] = int(encoded[0])
-    return MarkupSpec(markup, ids[0], ids[1])
+def markup_spec(ctx: RunContext, tags: ThinkTagsConfig) -> MarkupSpec:
+    """The markup of the run (:func:`~rl_guards.guards.think_tags.markup_from_config` on the template prompts
+    render with) and its tag ids when each tag is one token."""
+    markup = markup_from_config(tags, ctx.template_text)
+    return MarkupSpec(markup, *tag_token_ids(ctx.tokenizer, markup))
 
 
 def think_verdict(
@@ -221,8 +210,7 @@ class RolloutRecorder(Guard):
 
     def setup(self, ctx: RunContext) -> None:
         super().setup(ctx)
-        tags = self.guards_config.think_tags
-        self._markup = markup_spec(ctx, tags.open_tag, tags.close_tag)
+        self._markup = markup_spec(ctx, self.guards_config.think_tags)
 
     # ----- where --------------------------------------------------------------------------------------
     @property

@@ -104,9 +104,7 @@ class GuardRun(TrainerCallback, ExportableState):
         self.guards: list[Guard] = [cls(config) for cls in guard_classes]
         self.guards = [g for g in self.guards if g.enabled]
         self.ctx = self._build_context()
-        self.markup = markup_from_config(
-            config.think_tags, self.ctx.chat_template or getattr(self.ctx.tokenizer, "chat_template", None)
-        )
+        self.markup = markup_from_config(config.think_tags, self.ctx.template_text)
         for guard in self.guards:
             guard.setup(self.ctx)
         self._configure_reward_funcs()
