@@ -24,10 +24,6 @@ class TaskStats:
     completion_length_mean: float = 0.0  # completion tokens (EOS included)
     func_values: dict[str, list[float]] = field(default_factory=dict)  # function -> values on rows it scored
 
-    def func_mean(self, func: str) -> float | None:
-        values = self.func_values.get(func)
-        return sum(values) / len(values) if values else None
-
 
 def mean_std(values: list[float]) -> tuple[float | None, float | None]:
     """Mean and population standard deviation; (None, None) for no values."""

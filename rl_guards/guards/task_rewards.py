@@ -54,9 +54,10 @@ class TaskRewardMonitor(Guard):
                 report.task_metric(task, "reward_mean", s.reward_mean)
                 report.task_metric(task, "reward_std", s.reward_std)
             for func, values in s.func_values.items():
-                report.task_metric(task, f"reward/{func}/mean", sum(values) / len(values))
-                if func not in self.non_binary:
-                    report.task_metric(task, f"reward/{func}/pass_rate", sum(values) / len(values))
+                mean = sum(values) / len(values)
+                report.task_metric(task, f"reward/{func}/mean", mean)
+                if func not in self.non_binary:  # for a 0/1 function the mean is the share of 1.0
+                    report.task_metric(task, f"reward/{func}/pass_rate", mean)
             report.task_metric(task, "completion_length", s.completion_length_mean)
             report.task_metric(task, "rows", float(s.rows))
             report.task_metric(task, "groups", float(s.groups))
