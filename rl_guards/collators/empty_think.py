@@ -36,16 +36,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rl_guards.collators.sft_masks import PROBE_ASSISTANT, PROBE_USER, render_chat
 from rl_guards.config import MaskingConfig
+from rl_guards.core.masks import IGNORE_INDEX, find_subsequence
 from rl_guards.core.templates import extract_empty_think, generation_start, visible_tail
 from rl_guards.core.think_markup import markup_for_template
 from rl_guards.errors import MaskingError
 from rl_guards.guards.base import GuardSession
 
-IGNORE_INDEX = -100
 EMPTY_THINK_TRAINED = "empty_think_trained"  # audit violation: a non-thinking row trains on the empty block
-_PROBE_USER = "Probe question seven"
-_PROBE_ANSWER = "Probe answer nine"
 
 
 @dataclass(frozen=True)
@@ -56,12 +55,6 @@ class EmptyThinkBlock:
     header: tuple[int, ...]  # assistant header ids right before it, e.g. <|im_start|>assistant\n
     ids: tuple[int, ...]  # the block's ids in a tokenized conversation
     every_turn: bool  # the template writes it in every assistant turn (else only the last one)
-
-
-def _render(tokenizer: Any, messages: list[dict[str, str]], gen: bool, template: str | None, kw: Mapping) -> str:
-    return str(
-        tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen, chat_template=template, **kw)
-    )
 
 
 def _token_span(offsets: Sequence[tuple[int, int]], start: int, stop: int) -> tuple[int, int] | None:
@@ -82,9 +75,9 @@ def derive_empty_think(
     kw = {**(chat_template_kwargs or {}), "enable_thinking": False}
     template_text = chat_template if chat_template is not None else getattr(tokenizer, "chat_template", None)
     markup = markup_for_template(template_text if isinstance(template_text, str) else None)
-    user = [{"role": "user", "content": _PROBE_USER}]
-    gen = _render(tokenizer, user, True, chat_template, kw)
-    history = _render(tokenizer, user, False, chat_template, kw)
+    user = [{"role": "user", "content": PROBE_USER}]
+    gen = render_chat(tokenizer, user, True, chat_template, kw)
+    history = render_chat(tokenizer, user, False, chat_template, kw)
     block = extract_empty_think(gen, markup, history=history)
     if block is None:
         raise ValueError(
@@ -92,10 +85,10 @@ def derive_empty_think(
             f"{visible_tail(gen, width=80)}): nothing to mask"
         )
     header_text = gen[generation_start(gen, history) : len(gen) - len(block)]
-    turn = [*user, {"role": "assistant", "content": _PROBE_ANSWER}]
-    full = _render(tokenizer, turn, False, chat_template, kw)
+    turn = [*user, {"role": "assistant", "content": PROBE_ASSISTANT}]
+    full = render_chat(tokenizer, turn, False, chat_template, kw)
     where = full.find(header_text + block)
-    between = full[where + len(header_text + block) :].split(_PROBE_ANSWER)[0] if where >= 0 else "x"
+    between = full[where + len(header_text + block) :].split(PROBE_ASSISTANT)[0] if where >= 0 else "x"
     if not header_text or where < 0 or between.strip():  # the answer must follow, up to whitespace
         raise ValueError(
             f"the template's SFT render has no {block!r} after the assistant header {header_text!r}: "
@@ -109,18 +102,9 @@ def derive_empty_think(
     if h is None or b is None:
         raise ValueError(f"the empty block {block!r} is not made of whole tokens after {header_text!r}")
     header_ids, block_ids = tuple(ids[h[0] : h[1]]), tuple(ids[b[0] : b[1]])
-    two = [*turn, {"role": "user", "content": _PROBE_USER}, {"role": "assistant", "content": _PROBE_ANSWER}]
-    every = _render(tokenizer, two, False, chat_template, kw).count(header_text + block) >= 2
+    two = [*turn, {"role": "user", "content": PROBE_USER}, {"role": "assistant", "content": PROBE_ASSISTANT}]
+    every = render_chat(tokenizer, two, False, chat_template, kw).count(header_text + block) >= 2
     return EmptyThinkBlock(text=block, header=header_ids, ids=block_ids, every_turn=every)
-
-
-def find_subsequence(ids: Sequence[int], pattern: Sequence[int], start: int = 0) -> int:
-    """First index ``>= start`` where ``pattern`` occurs in ``ids``, or -1."""
-    k, pat = len(pattern), list(pattern)
-    for i in range(start, len(ids) - k + 1):
-        if ids[i] == pat[0] and list(ids[i : i + k]) == pat:
-            return i
-    return -1
 
 
 def header_positions(ids: Sequence[int], header: Sequence[int]) -> list[int]:

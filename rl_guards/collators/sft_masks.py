@@ -34,8 +34,8 @@ logger = logging.getLogger("rl_guards")
 
 LABEL_MISMATCH = M.LABEL_MISMATCH
 EXPECTS = ("auto", "assistant_only", "completion_only")
-_PROBE_USER = "Probe question seven"
-_PROBE_ASSISTANT = "Probe answer nine"
+PROBE_USER = "Probe question seven"  # user turn of the probe conversations rendered to derive markers
+PROBE_ASSISTANT = "Probe answer nine"  # assistant turn of those probes
 
 FIXES: dict[str, tuple[str, str]] = {
     M.PROMPT_TRAINED: (
@@ -63,9 +63,10 @@ FIXES: dict[str, tuple[str, str]] = {
 }
 
 
-def _render(
+def render_chat(
     tokenizer: Any, messages: list[dict[str, str]], gen: bool, chat_template: str | None, kwargs: Mapping[str, Any]
 ) -> str:
+    """``messages`` rendered as text with the tokenizer's (or the given) chat template."""
     return str(
         tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=gen, chat_template=chat_template, **kwargs
@@ -98,18 +99,18 @@ def assistant_markers(
     checked to occur in the tokenized probes. Raises ValueError when the template cannot say.
     """
     kwargs = dict(chat_template_kwargs or {})
-    user = [{"role": "user", "content": _PROBE_USER}]
-    turn = [*user, {"role": "assistant", "content": _PROBE_ASSISTANT}]
-    follow = [*turn, {"role": "user", "content": _PROBE_USER + " again"}]
+    user = [{"role": "user", "content": PROBE_USER}]
+    turn = [*user, {"role": "assistant", "content": PROBE_ASSISTANT}]
+    follow = [*turn, {"role": "user", "content": PROBE_USER + " again"}]
     try:
-        alone = _render(tokenizer, user, False, chat_template, kwargs)
-        prompted = _render(tokenizer, user, True, chat_template, kwargs)
-        full = _render(tokenizer, turn, False, chat_template, kwargs)
-        followed = _render(tokenizer, follow, False, chat_template, kwargs)
+        alone = render_chat(tokenizer, user, False, chat_template, kwargs)
+        prompted = render_chat(tokenizer, user, True, chat_template, kwargs)
+        full = render_chat(tokenizer, turn, False, chat_template, kwargs)
+        followed = render_chat(tokenizer, follow, False, chat_template, kwargs)
     except Exception as exc:
         raise ValueError(f"the chat template could not render a probe conversation: {exc}") from exc
     texts = (alone, prompted, full, followed)
-    if not all(_PROBE_USER in t for t in texts) or _PROBE_ASSISTANT not in full or _PROBE_ASSISTANT not in followed:
+    if not all(PROBE_USER in t for t in texts) or PROBE_ASSISTANT not in full or PROBE_ASSISTANT not in followed:
         raise ValueError("the chat template drops message contents from a probe conversation")
 
     def after(text: str, probe: str) -> str:
@@ -118,20 +119,20 @@ def assistant_markers(
     def blank(token: int) -> bool:
         return tokenizer.decode([token]).strip() == ""
 
-    alone_rest = _encode(tokenizer, after(alone, _PROBE_USER))
-    prompted_rest = _encode(tokenizer, after(prompted, _PROBE_USER))
+    alone_rest = _encode(tokenizer, after(alone, PROBE_USER))
+    prompted_rest = _encode(tokenizer, after(prompted, PROBE_USER))
     user_end = _common_prefix(alone_rest, prompted_rest)
     gen_header = prompted_rest[len(user_end) :]
     header = gen_header
     for text in (full, followed):  # the last turn may differ from earlier ones (think blocks)
-        turn_head = after(text, _PROBE_USER)
-        turn_head_ids = _encode(tokenizer, turn_head[: turn_head.index(_PROBE_ASSISTANT)])
+        turn_head = after(text, PROBE_USER)
+        turn_head_ids = _encode(tokenizer, turn_head[: turn_head.index(PROBE_ASSISTANT)])
         if turn_head_ids[: len(user_end)] != user_end:
             raise ValueError("the user turn ends differently before an assistant turn")
         header = _common_prefix(header, turn_head_ids[len(user_end) :])
-    last_end = _encode(tokenizer, after(full, _PROBE_ASSISTANT))
-    mid = after(followed, _PROBE_ASSISTANT)
-    mid_end = _encode(tokenizer, mid[: mid.index(_PROBE_USER)])
+    last_end = _encode(tokenizer, after(full, PROBE_ASSISTANT))
+    mid = after(followed, PROBE_ASSISTANT)
+    mid_end = _encode(tokenizer, mid[: mid.index(PROBE_USER)])
     end = _common_prefix(last_end, mid_end)
     closing = [t for t in last_end[len(end) :] if not blank(t)] if last_end[: len(end)] == end else []
     trailer: list[int] = []
