@@ -32,6 +32,7 @@ from rl_guards.core.preflight import (
     text_sha,
     visible_whitespace,
 )
+from rl_guards.trl.template_check import is_conversational_prompt
 
 logger = logging.getLogger("rl_guards")
 
@@ -41,11 +42,6 @@ PROBE_CONVERSATION: list[dict[str, str]] = [
     {"role": "user", "content": "What is 2 + 3? Answer with the number."},
 ]
 ROWS_SCANNED = 64  # dataset rows looked at to pick examples (one per task first)
-
-
-def is_conversational_prompt(prompt: Any) -> bool:
-    """A list of ``{"role": ..., "content": ...}`` messages (what TRL templates); strings are not."""
-    return isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], Mapping) and "role" in prompt[0]
 
 
 def render_prompt_text(

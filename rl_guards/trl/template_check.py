@@ -21,7 +21,7 @@ special tokens kept, which is what the model sees. The analysis itself is :mod:`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rl_guards.core.templates import (
@@ -39,10 +39,11 @@ PROBE_TEXT = "What is 2 + 2?"  # user turn of the probe conversation
 
 
 def is_conversational_prompt(prompt: Any) -> bool:
-    """TRL's own test: a list of role/content messages."""
-    from trl.data_utils import is_conversational
+    """TRL's test (``trl.data_utils.is_conversational``): a list of ``{"role": ...}`` messages; strings are not.
 
-    return bool(is_conversational({"prompt": prompt}))
+    Unlike TRL's, an empty list is False rather than an IndexError.
+    """
+    return isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], Mapping) and "role" in prompt[0]
 
 
 def tokenize_generation_prompts(
