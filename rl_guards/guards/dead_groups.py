@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 from rl_guards.config import DeadGroupsConfig
 from rl_guards.core.batch import RolloutBatch
-from rl_guards.core.group_size import advise_group_size
+from rl_guards.core.group_size import advise_group_size, expected_dead_share
 from rl_guards.core.groups import REWARD_ATOL, TaskGroups, group_outcomes, trl_totals, update_ranges
 from rl_guards.errors import DeadGradientError
 from rl_guards.guards.base import Guard, Reporter
@@ -106,9 +106,7 @@ class DeadGroupGuard(Guard):
         rate = self.pass_rate(task) if batch.mode == "train" else s.pass_rate
         if rate is not None:
             report.task_metric(task, "pass_rate", rate)
-            if batch.num_generations >= 2:
-                advice = advise_group_size(task, rate, batch.num_generations, self.config.target_dead_share)
-                report.task_metric(task, "expected_dead_share", advice.expected_dead_share)
+            report.task_metric(task, "expected_dead_share", expected_dead_share(rate, batch.num_generations))
         if batch.mode == "train":
             report.task_metric(task, "dead_streak", float(self.streaks.get(task, 0)))
 
@@ -129,7 +127,7 @@ class DeadGroupGuard(Guard):
         if rate is not None:
             detail += f" Recent pass rate {rate:.2f}."
         lines = [head + detail]
-        if rate is not None and batch.num_generations >= 2:
+        if rate is not None:
             advice = advise_group_size(task, rate, batch.num_generations, self.config.target_dead_share)
             lines.append("Advisor: " + advice.message())
         lines.append(
