@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_guards.core.lengths import LengthSummary, summarize_lengths
+from rl_guards.trl.template_check import tokenize_generation_prompts
 
 __all__ = ["LengthProbe", "load_prompts", "probe_lengths"]
 
@@ -58,13 +59,6 @@ def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
     if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
         ids = [tokenizer.eos_token_id, *ids]
     return [int(i) for i in ids]
-
-
-def _render(tokenizer: Any, prompt: Any, chat_template_kwargs: dict[str, Any]) -> list[int]:
-    if isinstance(prompt, str):
-        return list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
-    text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False, **chat_template_kwargs)
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def probe_lengths(
@@ -109,7 +103,7 @@ def probe_lengths(
     eos_set = set(eos)
     try:
         for start in range(0, len(prompts), batch_size):
-            rendered = [_render(tokenizer, p, kwargs) for p in prompts[start : start + batch_size]]
+            rendered = tokenize_generation_prompts(tokenizer, prompts[start : start + batch_size], kwargs)
             width = max(len(r) for r in rendered)
             input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rendered], device=device)
             attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rendered], device=device)
