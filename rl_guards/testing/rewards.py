@@ -11,6 +11,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from rl_guards.core.completions import completion_text
+
 __all__ = [
     "LENGTH_PENALTY_PER_TOKEN",
     "arith_correct",
@@ -21,15 +23,6 @@ __all__ = [
 ]
 
 LENGTH_PENALTY_PER_TOKEN = 0.01  # length_penalty: reward per completion token (a character counts 1/4 token)
-
-
-def completion_text(completion: Any) -> str:
-    """The text of one completion: a string as is, or the concatenated contents of a list of messages."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, dict):
-        return str(completion.get("content") or "")
-    return "".join(str(message.get("content") or "") for message in completion)
 
 
 def final_answer(text: str) -> str:
