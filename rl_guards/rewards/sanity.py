@@ -22,12 +22,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rl_guards.core.batch import nan_to_none
 from rl_guards.errors import ConfigError, RewardSanityError
 from rl_guards.rewards.callables import reward_name
 
@@ -203,14 +203,13 @@ def check_reward_sanity(
                 "log_metric": _noop,
             }
             try:
-                values = _call(fn, kwargs)
-            except Exception as exc:
+                scores = nan_to_none(_call(fn, kwargs))
+            except Exception as exc:  # raised, or returned something that is not a number or None
                 results.append(SanityResult(index, case.task, name, "error", detail=f"{type(exc).__name__}: {exc}"))
                 continue
-            if len(values) != n:
-                results.append(SanityResult(index, case.task, name, "error", detail=f"{len(values)} values for {n}"))
+            if len(scores) != n:
+                results.append(SanityResult(index, case.task, name, "error", detail=f"{len(scores)} values for {n}"))
                 continue
-            scores = [None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v) for v in values]
             if all(s is None for s in scores):
                 results.append(SanityResult(index, case.task, name, "not_served"))
                 continue
