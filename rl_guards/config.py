@@ -9,7 +9,6 @@ naming the field, e.g. ``think_tags.mode``.
 from __future__ import annotations
 
 import dataclasses
-import json
 import types
 import typing
 from dataclasses import dataclass, field
@@ -237,7 +236,7 @@ class GuardsConfig:
         for f in dataclasses.fields(self):
             sub = getattr(self, f.name)
             if isinstance(sub, dict):
-                sub = _build(_resolve_type(type(self), f.name), sub, f.name)
+                sub = _build(typing.get_type_hints(type(self))[f.name], sub, f.name)
                 setattr(self, f.name, sub)
             sub.validate(f.name)
 
@@ -283,11 +282,6 @@ class GuardsConfig:
                 raise ConfigError(f"unknown field {section}.{name}; available: {sorted(data[section])}")
             data[section][name] = yaml.safe_load(raw)
         return GuardsConfig.from_dict(data)
-
-
-def _resolve_type(owner: type, name: str) -> Any:
-    hints = typing.get_type_hints(owner)
-    return hints[name]
 
 
 def _build(cls: type, data: Any, prefix: str) -> Any:
@@ -371,8 +365,3 @@ class GuardsArguments:
         """The GuardsConfig these arguments describe."""
         base = GuardsConfig.from_yaml(self.guards_config) if self.guards_config else GuardsConfig()
         return base.with_overrides(list(self.guards_set)) if self.guards_set else base
-
-
-def config_json(config: GuardsConfig) -> str:
-    """Stable JSON text of a config (for logs and W&B config)."""
-    return json.dumps(config.to_dict(), sort_keys=True)
