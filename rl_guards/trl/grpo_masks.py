@@ -255,6 +255,11 @@ def grpo_mask_flags(
     return GRPOMaskFlags(rows=rows, completion_bad=bad, prompt_bad=prompt_bad, loss=loss, content_end=content_end)
 
 
+def _row_counts(flags: GRPOMaskFlags) -> torch.Tensor:
+    """Rows per kind (GRPO_KINDS order), then rows breaking any rule: ``len(GRPO_KINDS) + 1`` integers."""
+    return torch.cat([flags.rows.sum(dim=0), flags.rows.any(dim=1).sum().unsqueeze(0)])
+
+
 def _report_from_counts(counts: list[int], num_rows: int, flags: GRPOMaskFlags | None) -> M.MaskReport:
     """``counts``: rows per kind (GRPO_KINDS order), then rows breaking any rule. Row indices come from ``flags``."""
     kinds = M.GRPO_KINDS
@@ -290,8 +295,7 @@ def check_grpo_batch(
         tool_tail_ids=tool_tail_ids,
         markup_ids=markup_ids,
     )
-    counts = torch.cat([flags.rows.sum(dim=0), flags.rows.any(dim=1).sum().unsqueeze(0)]).tolist()
-    return _report_from_counts(counts, flags.rows.size(0), flags)
+    return _report_from_counts(_row_counts(flags).tolist(), flags.rows.size(0), flags)
 
 
 def tool_result_markers(
@@ -435,13 +439,7 @@ class GRPOMaskGuard(Guard):
                 tool_tail_ids=tail,
                 markup_ids=self._markup_ids(output),
             )
-            local = torch.cat(
-                [
-                    flags.rows.sum(dim=0),
-                    flags.rows.any(dim=1).sum().unsqueeze(0),
-                    torch.tensor([flags.rows.size(0)], device=flags.rows.device),
-                ]
-            ).long()
+            local = torch.cat([_row_counts(flags), torch.tensor([flags.rows.size(0)], device=device)]).long()
         except Exception as exc:  # still join the collective below, or the other ranks would hang
             failure = exc
             local = torch.zeros(n_kinds + 2, dtype=torch.long, device=device)
@@ -456,8 +454,7 @@ class GRPOMaskGuard(Guard):
         global_report = _report_from_counts(counts[: n_kinds + 1], int(counts[n_kinds + 1]), None)
         local_report = None
         if flags is not None:
-            local_counts = torch.cat([flags.rows.sum(dim=0), flags.rows.any(dim=1).sum().unsqueeze(0)]).tolist()
-            local_report = _report_from_counts(local_counts, flags.rows.size(0), flags)
+            local_report = _report_from_counts(local[: n_kinds + 1].tolist(), flags.rows.size(0), flags)
         for kind in global_report.kinds:
             report.violation(kind, self._message(kind, global_report, local_report, flags, output), MaskingError)
 
