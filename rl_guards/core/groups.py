@@ -10,7 +10,6 @@ of its rows that pass, which for a 0/1 reward is the usual pass rate.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from rl_guards.core.batch import RolloutBatch
@@ -21,14 +20,7 @@ ADVANTAGE_ATOL = 1e-8  # |advantage| below this contributes no gradient
 
 def trl_totals(batch: RolloutBatch) -> list[float]:
     """Per row: weighted sum of the rewards, None counted as 0 (what TRL normalises into advantages)."""
-    out = []
-    for values in batch.rewards:
-        total = 0.0
-        for w, v in zip(batch.reward_weights, values, strict=False):
-            if v is not None and not math.isnan(v):
-                total += w * v
-        out.append(total)
-    return out
+    return [batch.total_reward(row) or 0.0 for row in range(len(batch))]
 
 
 def update_ranges(ranges: dict[str, list[float]], batch: RolloutBatch, totals: list[float]) -> None:
