@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 HEADROOM = 1.25  # recommended cap = p99 x HEADROOM, rounded up
 ROUND_TO = 64  # ... to a multiple of this
+CENSORED_SHARE = 0.01  # more than this share of samples at the cap censors p99: the recommendation is a lower bound
 
 
 def percentile(sorted_values: Sequence[int], q: float) -> int:
@@ -80,7 +81,7 @@ def summarize_lengths(lengths: Sequence[int], hit_cap: Sequence[bool], cap: int)
     ordered = sorted(int(n) for n in lengths)
     hits = sum(bool(h) for h in hit_cap)
     p99 = percentile(ordered, 99)
-    censored = hits / len(ordered) > 0.01
+    censored = hits / len(ordered) > CENSORED_SHARE
     recommended = round_up(2 * cap) if censored else round_up(p99 * HEADROOM)
     return LengthSummary(
         count=len(ordered),

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rl_guards.core.group_size import expected_dead_share
+from rl_guards.core.lengths import CENSORED_SHARE, HEADROOM, round_up
 
 SEVERITIES: tuple[str, ...] = ("blocking", "warning", "info")  # display order
 
@@ -181,7 +182,6 @@ _PROBE_ALIASES: dict[str, tuple[str, ...]] = {
     "recommended": ("recommended",),
     "lower_bound": ("lower_bound",),
 }
-CENSORED_SHARE = 0.01  # a probe whose cap cut more than this share has censored quantiles (as the probe says)
 
 
 @dataclass(frozen=True)
@@ -643,7 +643,7 @@ def check_completion_length(
             )
         )
     p90, p99 = probe.p90, probe.p99
-    target = probe.recommended or (math.ceil(p99 * 1.25) if p99 else None)
+    target = probe.recommended or (round_up(p99 * HEADROOM) if p99 else None)  # the probe's own rule
     if p90 and cap < blocking_ratio * p90:
         out.append(
             PreflightFinding(
