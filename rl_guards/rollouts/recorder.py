@@ -230,9 +230,7 @@ class RolloutRecorder(Guard):
             return
         if not self._begun:
             self._begin(batch.step, report)
-        if batch.step != self._step:
-            self._step, self._batches, self._table, self._table_batches = batch.step, [], None, 0
-        self._batches.append(batch)
+        self._buffer(batch)
         if batch.step % self.config.every_steps == 0:
             self._dump("periodic", None, report)
 
@@ -240,11 +238,15 @@ class RolloutRecorder(Guard):
         """A guard stops the run on this batch: dump it, so the offending rollouts can be read."""
         if not self.ctx.is_main_process:
             return
+        self._buffer(batch)
+        self._dump("stopped", None, report)
+
+    def _buffer(self, batch: RolloutBatch) -> None:
+        """Keep ``batch`` with the other batches of its step (a new step starts an empty buffer)."""
         if batch.step != self._step:
             self._step, self._batches, self._table, self._table_batches = batch.step, [], None, 0
         if not self._batches or self._batches[-1] is not batch:
             self._batches.append(batch)
-        self._dump("stopped", None, report)
 
     def on_save(self, checkpoint_dir: str, report: Reporter) -> None:
         if not self.ctx.is_main_process or not self.config.on_save or not self._batches:
