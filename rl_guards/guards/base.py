@@ -5,8 +5,8 @@ The TRL adapter calls it once per generation batch::
 
     for batch in generation_batches:          # every rank, same gathered batch
         for guard in guards:
-            guard.on_batch(batch, session.reporter(guard, batch.step))
-        session.flush_metrics()               # -> trainer metrics -> logs / W&B
+            run_hook(guard, "on_batch", session, batch.step, batch)   # guard.on_batch(batch, reporter)
+        session.pop_metrics()                 # -> trainer metrics -> logs / W&B
 """
 
 from __future__ import annotations
