@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     from rl_guards.rewards.stray_think import StrayThinkPenalty
     from rl_guards.testing import make_dataset
     from rl_guards.testing.rewards import arith_correct, echo_match, length_penalty
+    from rl_guards.trl.thinking_mix import honour_thinking_column
 
     parser = TrlParser((GRPOConfig, GuardsArguments, ModelArguments))
     grpo_args, guard_args, model_args = parser.parse_args_and_config(argv)
@@ -65,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         args=grpo_args,
         train_dataset=dataset,
     )
+    # TRL renders every prompt with one global chat_template_kwargs; without this the mixed dataset's per-row
+    # flag is ignored and the template guard stops the run at step 0.
+    honour_thinking_column(trainer, column=guards_config.think_tags.thinking_column)
     run = rl_guards.install(trainer, guards_config)
     trainer.train()
     if trainer.accelerator.is_main_process:
