@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from rl_guards.config import GuardsArguments, GuardsConfig
 from rl_guards.errors import (
     ConfigError,
+    DeadGradientError,
     GuardError,
     IncompatibleTrainerError,
     MaskingError,
@@ -25,6 +26,8 @@ from rl_guards.errors import (
     RLGuardsError,
     RoutingError,
     TemplateError,
+    ThinkMarkupError,
+    TruncationError,
 )
 
 if TYPE_CHECKING:
@@ -52,6 +55,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ConfigError",
+    "DeadGradientError",
     "GuardError",
     "GuardsArguments",
     "GuardsCallback",
@@ -63,6 +67,8 @@ __all__ = [
     "RewardSanityError",
     "RoutingError",
     "TemplateError",
+    "ThinkMarkupError",
+    "TruncationError",
     "__version__",
     "install",
 ]
