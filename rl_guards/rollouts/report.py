@@ -3,8 +3,8 @@ at each checkpoint side by side per prompt, so a person sees behaviour change wh
 
 Sources: the rollout dumps (:class:`~rl_guards.rollouts.reader.RolloutStore`) and the newest
 ``trainer_state.json`` under the run folder (its ``log_history`` keys ``rl_guards/task/<task>/reward_mean``,
-``.../dead_share``, ``.../truncated_rate`` and TRL's ``reward``, when present). Inline CSS and SVG only: no
-script, no network; every text from the run is HTML-escaped.
+``.../dead_group_share`` (the dead-groups guard), ``.../truncated_rate`` and TRL's ``reward``, when present).
+Inline CSS and SVG only: no script, no network; every text from the run is HTML-escaped.
 """
 
 from __future__ import annotations
@@ -26,7 +26,11 @@ MAX_COLUMNS = 6  # dumps shown side by side
 PROMPTS_PER_TASK = 3  # prompts per task in the side-by-side section
 COMPLETIONS_PER_CELL = 2
 CELL_CHARS = 1500  # completion characters per cell (the dump keeps everything)
-TASK_KEY = re.compile(r"^rl_guards/task/(?P<task>[^/]+)/(?P<metric>reward_mean|dead_share|truncated_rate)$")
+TASK_KEY = re.compile(
+    r"^rl_guards/task/(?P<task>[^/]+)/(?P<metric>reward_mean|dead_group_share|dead_share|truncated_rate)$"
+)
+# log_history metric -> chart key, where the guard's name differs from the dump statistic's
+LOG_METRIC_CHART = {"dead_group_share": "dead_share"}
 SPECIAL_TOKEN = re.compile(r"(&lt;\|[^|<>]{1,40}\|&gt;|&lt;/?think&gt;)")
 
 STAT_COLUMNS = ["task", "group", "reward", "truncated", "think_anomalies"]  # what dump_stats reads
@@ -75,7 +79,7 @@ def log_history_curves(state_path: Path) -> dict[str, Series]:
                 continue
             match = TASK_KEY.match(key)
             if match:
-                metric, task = match.group("metric"), match.group("task")
+                metric, task = LOG_METRIC_CHART.get(match.group("metric"), match.group("metric")), match.group("task")
             elif key == "reward":
                 metric, task = "reward_mean", "(all, TRL)"
             else:
