@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from _timing import best_ms
 
 from rl_guards.config import GuardsConfig
 from rl_guards.guards.base import GuardSession, RunContext
@@ -39,17 +40,11 @@ SHAPES = [  # rows, prompt length, completion length
 ]
 
 
-def best_ms(fn: Callable[[], Any], repeats: int) -> float:
+def warm_best_ms(fn: Callable[[], Any], repeats: int) -> float:
+    """One warm-up call, then :func:`best_ms` (a single timed run after a multi-second warm-up)."""
     t = time.perf_counter()
-    fn()  # warm-up
-    if time.perf_counter() - t > 2.0:
-        repeats = 1  # multi-second forward passes: one timed run is precise enough
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best * 1000
+    fn()
+    return best_ms(fn, 1 if time.perf_counter() - t > 2.0 else repeats)
 
 
 def make_batch(
@@ -130,17 +125,19 @@ def main() -> None:
             tools, eos_token_ids=eos_ids, pad_token_id=pad, mask_truncated=False, tool_head_ids=head, tool_tail_ids=tail
         )
         assert tool_report.ok, tool_report
-        check = best_ms(
+        check = warm_best_ms(
             lambda b=batch: check_grpo_batch(b, eos_token_ids=eos_ids, pad_token_id=pad, mask_truncated=False),
             repeats,
         )
-        check_tools = best_ms(
+        check_tools = warm_best_ms(
             lambda b=tools: check_grpo_batch(
                 b, eos_token_ids=eos_ids, pad_token_id=pad, mask_truncated=False, tool_head_ids=head, tool_tail_ids=tail
             ),
             repeats,
         )
-        guarded = best_ms(lambda b=batch: guard.check_tensors(b, session.reporter("masking", guard.config, 0)), repeats)
+        guarded = warm_best_ms(
+            lambda b=batch: guard.check_tensors(b, session.reporter("masking", guard.config, 0)), repeats
+        )
         input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
 
@@ -148,7 +145,7 @@ def main() -> None:
             with torch.no_grad():
                 model(input_ids=i, attention_mask=a)
 
-        fwd = best_ms(forward, repeats)
+        fwd = warm_best_ms(forward, repeats)
         print(
             f"{rows:>5} {plen:>6} {clen:>6} | {check:>9.2f} {check_tools:>9.2f} {guarded:>9.2f} {fwd:>10.1f} | "
             f"{check / fwd:>9.2%} {guarded / fwd:>9.2%}"

@@ -15,10 +15,10 @@ import os
 import random
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from _timing import best_ms
 
 from rl_guards.config import GuardsConfig
 from rl_guards.core.batch import RolloutBatch
@@ -34,15 +34,6 @@ SENTENCES = (
     "So the answer is \\boxed{463}. ",
     "Hmm, the question asks for the second largest value, not the largest. ",
 )
-
-
-def best_ms(fn: Callable[[], Any], repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best * 1000
 
 
 def make_batch(tokenizer: Any, rows: int, mean_tokens: int, group: int = 8) -> RolloutBatch:

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import random
 import sys
-import time
 from collections import Counter
-from collections.abc import Callable
 
+from _timing import best_seconds
 from trl.rewards import think_format_reward
 
 from rl_guards.core.think_markup import THINK, scan, strip_thinking
@@ -68,15 +67,6 @@ def utf8_bytes(texts: list[str]) -> int:
     return sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
 
 
-def best_of(fn: Callable[[], object], repeats: int = 3) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
 def main() -> None:
     megabytes = float(sys.argv[1]) if len(sys.argv) > 1 else 50.0
     chars = int(sys.argv[2]) if len(sys.argv) > 2 else 4000
@@ -99,7 +89,7 @@ def main() -> None:
     ]
     print(f"{'function':40s} {'seconds':>8s} {'MB/s':>8s} {'completions/s':>14s}")
     for name, fn in rows:
-        seconds = best_of(fn, repeats=2)
+        seconds = best_seconds(fn, 2)
         print(f"{name:40s} {seconds:8.2f} {size_mb / seconds:8.1f} {len(texts) / seconds:14.0f}")
 
     kinds = Counter(scan(t).kind for t in texts)
@@ -119,8 +109,8 @@ def main() -> None:
         for n in (1_000_000, 10_000_000):
             text = make(n)
             conv = [[{"content": text}]]
-            s = best_of(lambda text=text: scan(text), repeats=1)
-            r = best_of(lambda conv=conv: think_format_reward(conv), repeats=1)
+            s = best_seconds(lambda text=text: scan(text), 1)
+            r = best_seconds(lambda conv=conv: think_format_reward(conv), 1)
             print(f"{name:28s} {len(text):10d} {s:8.3f} {r:8.3f}")
 
 

@@ -9,6 +9,8 @@ import random
 import sys
 import time
 
+from _timing import best_ms
+
 from rl_guards.config import GuardsConfig
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.guards.base import GuardSession, RunContext
@@ -50,12 +52,8 @@ def main() -> None:
         guard = cls(cfg)
         guard.setup(ctx)
         session = GuardSession()
-        best = float("inf")
-        for _ in range(3):
-            t = time.perf_counter()
-            guard.on_batch(batch, session.reporter(guard.name, guard.config, 1))
-            best = min(best, time.perf_counter() - t)
-        print(f"  {cls.__name__:<18} {best * 1000:8.1f} ms per batch")
+        best = best_ms(lambda g=guard, s=session: g.on_batch(batch, s.reporter(g.name, g.config, 1)), 3)
+        print(f"  {cls.__name__:<18} {best:8.1f} ms per batch")
 
 
 if __name__ == "__main__":
