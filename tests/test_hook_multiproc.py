@@ -30,8 +30,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _launch(out: Path, nproc: int, per_device_batch: int, cache: str) -> subprocess.CompletedProcess[str]:
+def _launch(
+    out: Path, nproc: int, per_device_batch: int, cache: str, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {
+        **(extra_env or {}),
         **os.environ,
         "RL_GUARDS_CACHE": cache,
         "OMP_NUM_THREADS": "1",
@@ -111,3 +114,14 @@ def test_two_processes_agree_with_one_process_replay(tiny: Any, tmp_path: Path) 
     assert dumps == ["step_000000.parquet", "step_000001.parquet", "step_000002.parquet"]
     index = (out / "rl_guards" / "rollouts" / "index.jsonl").read_text().splitlines()
     assert len(index) == len(set(index))
+
+
+@pytest.mark.slow
+def test_a_failure_on_one_rank_skips_the_batch_on_all_ranks_without_a_hang(tiny: Any, tmp_path: Path) -> None:
+    out = tmp_path / "fail"
+    out.mkdir()
+    proc = _launch(out, nproc=2, per_device_batch=6, cache=os.environ["RL_GUARDS_CACHE"], extra_env={"FAIL_RANK": "1"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    steps = {r: [b["step"] for b in _batches(out / f"batches_rank{r}.jsonl")] for r in (0, 1)}
+    assert steps == {0: [0, 2], 1: [0, 2]}, steps  # step 1 skipped on both ranks, training went on
+    assert "hook/internal_error" in (out / "summary.txt").read_text()

@@ -40,7 +40,7 @@ from rl_guards.core.completions import completion_text
 from rl_guards.core.run_summary import task_summary_text
 from rl_guards.core.think_markup import prompt_opens_block
 from rl_guards.errors import ConfigError, GuardError, IncompatibleTrainerError
-from rl_guards.guards.base import Guard, GuardSession, RunContext, run_hook
+from rl_guards.guards.base import Finding, Guard, GuardSession, RunContext, run_hook
 from rl_guards.guards.registry import BATCH_GUARDS
 from rl_guards.guards.think_tags import markup_from_config
 
@@ -222,8 +222,8 @@ class GuardRun(TrainerCallback, ExportableState):
             if hasattr(guard, "check_tensors"):
                 run_hook(guard, "check_tensors", self.session, step, output)
         pending, self._pending_rewards = self._pending_rewards, None
-        if pending is not None:
-            batch = self._build_batch(output, pending, step)
+        batch = self._build_batch(output, pending, step) if pending is not None else None
+        if batch is not None:
             self.batches_seen += 1
             self.last_batch = batch
             try:
@@ -242,11 +242,68 @@ class GuardRun(TrainerCallback, ExportableState):
             except GuardError:  # already stopping; a second stop adds nothing
                 pass
 
-    def _build_batch(self, output: dict[str, Any], pending: tuple[Any, ...], step: int) -> RolloutBatch:
+    def _build_batch(self, output: dict[str, Any], pending: tuple[Any, ...], step: int) -> RolloutBatch | None:
+        """The gathered batch, or None when some rank could not build its rows.
+
+        Every rank joins the same collectives in the same order whatever happens locally, so a failure on one
+        rank skips this batch's guards on all ranks instead of leaving the others waiting in a gather.
+        """
         import torch
 
-        inputs, prompts, completions, completion_ids_list, rewards_per_func = pending
         trainer = self.trainer
+        error = None
+        try:
+            local_rows = self._local_rows(output, pending)
+        except Exception as exc:  # the hook's own bug: never fatal, never a hang
+            local_rows, error = [], f"{type(exc).__name__}: {exc}"
+        parts = _gather_objects(trainer, [{"error": error, "rows": local_rows}])
+        advantages = output["advantages"]
+        accelerator = getattr(trainer, "accelerator", None)
+        if accelerator is not None and self.ctx.world_size > 1:
+            advantages = accelerator.gather(advantages.contiguous())
+        errors = [p["error"] for p in parts if p["error"]]
+        if errors:
+            self.session.record(
+                Finding("hook", "internal_error", "warning", f"batch guards skipped at step {step}: {errors[0]}", step),
+                warn=True,
+            )
+            return None
+        rows = [row for part in parts for row in part["rows"]]
+        rewards_per_func = pending[4]
+        adv_list = [float(a) for a in advantages.detach().float().cpu().tolist()]
+        rewards = [nan_to_none(r) for r in torch.as_tensor(rewards_per_func).detach().float().cpu().tolist()]
+        weights = getattr(trainer, "reward_weights", None)
+        weight_list = [float(w) for w in weights.tolist()] if weights is not None else [1.0] * len(rewards[0])
+        mode = self._mode()
+        num_generations = trainer.num_generations if mode == "train" else getattr(trainer, "num_generations_eval", 1)
+        all_columns: dict[str, list[Any]] = {}
+        for name in sorted({k for r in rows for k in r["columns"]}):
+            all_columns[name] = [r["columns"].get(name) for r in rows]
+        return RolloutBatch(
+            step=step,
+            mode=mode,
+            num_generations=int(num_generations or 1),
+            reward_names=list(self.ctx.reward_func_names),
+            reward_weights=weight_list,
+            rewards=rewards,
+            advantages=adv_list,
+            tasks=[r["task"] for r in rows],
+            completions=[r["completion"] for r in rows],
+            completion_ids=[r["completion_ids"] for r in rows],
+            prompt_ids=[r["prompt_ids"] for r in rows],
+            truncated=[r["truncated"] for r in rows],
+            thinking=[r["thinking"] for r in rows],
+            max_completion_length=int(getattr(trainer.args, "max_completion_length", 0) or 0),
+            prompts=[r["prompt"] for r in rows],
+            columns=all_columns,
+            decode=self.ctx.decode,
+            epoch=float(trainer.state.epoch or 0.0),
+            prompt_opened=[r["prompt_opened"] for r in rows],
+        )
+
+    def _local_rows(self, output: dict[str, Any], pending: tuple[Any, ...]) -> list[dict[str, Any]]:
+        """This rank's rows, as plain Python objects ready to gather."""
+        inputs, prompts, completions, completion_ids_list, _ = pending
         cfg = self.config
         task_col = cfg.tasks.task_column
         think_col = cfg.think_tags.thinking_column
@@ -285,41 +342,7 @@ class GuardRun(TrainerCallback, ExportableState):
                     "columns": columns,
                 }
             )
-        rows = _gather_objects(trainer, local_rows)
-        advantages = output["advantages"]
-        accelerator = getattr(trainer, "accelerator", None)
-        if accelerator is not None and self.ctx.world_size > 1:
-            advantages = accelerator.gather(advantages.contiguous())
-        adv_list = [float(a) for a in advantages.detach().float().cpu().tolist()]
-        rewards = [nan_to_none(r) for r in torch.as_tensor(rewards_per_func).detach().float().cpu().tolist()]
-        weights = getattr(trainer, "reward_weights", None)
-        weight_list = [float(w) for w in weights.tolist()] if weights is not None else [1.0] * len(rewards[0])
-        mode = self._mode()
-        num_generations = trainer.num_generations if mode == "train" else getattr(trainer, "num_generations_eval", 1)
-        all_columns: dict[str, list[Any]] = {}
-        for name in sorted({k for r in rows for k in r["columns"]}):
-            all_columns[name] = [r["columns"].get(name) for r in rows]
-        return RolloutBatch(
-            step=step,
-            mode=mode,
-            num_generations=int(num_generations or 1),
-            reward_names=list(self.ctx.reward_func_names),
-            reward_weights=weight_list,
-            rewards=rewards,
-            advantages=adv_list,
-            tasks=[r["task"] for r in rows],
-            completions=[r["completion"] for r in rows],
-            completion_ids=[r["completion_ids"] for r in rows],
-            prompt_ids=[r["prompt_ids"] for r in rows],
-            truncated=[r["truncated"] for r in rows],
-            thinking=[r["thinking"] for r in rows],
-            max_completion_length=int(getattr(trainer.args, "max_completion_length", 0) or 0),
-            prompts=[r["prompt"] for r in rows],
-            columns=all_columns,
-            decode=self.ctx.decode,
-            epoch=float(trainer.state.epoch or 0.0),
-            prompt_opened=[r["prompt_opened"] for r in rows],
-        )
+        return local_rows
 
     def _prompt_opened(self, prompt_rows: list[list[int]]) -> list[bool]:
         """Per row: the prompt ends inside an open think block (decode the tail of each distinct prompt once)."""

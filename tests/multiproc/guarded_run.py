@@ -60,6 +60,17 @@ def main(out_dir: str) -> None:
         train_dataset=make_dataset(n_per_task=12),
     )
     run = rl_guards.install(trainer, config, guards=[*BATCH_GUARDS, BatchTap])
+    fail_rank = os.environ.get("FAIL_RANK")
+    if fail_rank is not None and int(fail_rank) == rank:
+        # Fault injection: this rank's row building breaks at step 1; the others must not wait forever.
+        build_rows = run._local_rows
+
+        def broken_rows(output: object, pending: object) -> object:
+            if trainer.state.global_step == 1:
+                raise RuntimeError("injected failure while building rows")
+            return build_rows(output, pending)
+
+        run._local_rows = broken_rows
     trainer.train()
     if trainer.accelerator.is_main_process:
         with open(os.path.join(out_dir, "log_history.json"), "w", encoding="utf-8") as fh:
