@@ -111,7 +111,7 @@ class ThinkTagsGuard(Guard):
 
     def setup(self, ctx: RunContext) -> None:
         super().setup(ctx)
-        self.markup = markup_from_config(self.config, ctx.chat_template)
+        self.markup = markup_from_config(self.config, ctx.template_text)
         self.open_id, self.close_id = tag_token_ids(ctx.tokenizer, self.markup)
         self.decode_specials = tags_are_special(ctx.tokenizer, self.markup)
 
