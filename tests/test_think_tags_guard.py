@@ -296,3 +296,13 @@ def test_special_token_tags_scanned_on_decoded_ids(tokenizer: Any) -> None:
     metrics, _ = run_guard(batch, config, ctx=_ctx(tokenizer))
     assert metrics[m("rate/ids_text_mismatch")] == 0.0  # the decoded text has the tags
     assert metrics[m("rate/tag_in_nonthinking")] == 0.5 and metrics[m("anomalous_rate")] == 0.5
+
+
+def test_markup_family_comes_from_the_tokenizer_template() -> None:
+    from rl_guards.guards.base import RunContext
+    from rl_guards.testing import build_tokenizer
+
+    for template, family in [("gemma4", "gemma4"), ("gptoss", "gptoss"), ("qwen3", "think")]:
+        guard = ThinkTagsGuard(GuardsConfig())
+        guard.setup(RunContext(tokenizer=build_tokenizer(chat_template=template)))  # no trainer override
+        assert guard.markup.name == family, template
