@@ -73,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     grpo_args, guard_args, example_args = parser.parse_args_and_config(argv)
     guards_config = guard_args.to_config()
     # Dumps every few steps so a short run has something to read.
-    if "rollouts.every_steps" not in " ".join(guard_args.guards_set):
+    # (unless a config file or --guards_set chose a period).
+    if guard_args.guards_config is None and "rollouts.every_steps" not in " ".join(guard_args.guards_set):
         guards_config.rollouts.every_steps = 3
 
     setup = tiny_setup(vocab_size=example_args.vocab_size or None)
