@@ -29,7 +29,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 class ExampleArguments:
     """Knobs of the example itself."""
 
-    n_per_task: int = field(default=16, metadata={"help": "Prompts per task."})
+    n_per_task: int = field(default=4, metadata={"help": "Prompts per task (few, so prompts recur across dumps)."})
     vocab_size: int = field(default=2048, metadata={"help": "BPE ranks kept (0 = the full Qwen vocabulary)."})
 
 
