@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
 # Subcommand modules under rl_guards.cli; each defines register(subparsers) -> None.
@@ -24,5 +25,12 @@ def main(argv: list[str] | None = None) -> int:
     return int(args.func(args) or 0)
 
 
+def console_main() -> int:
+    """The ``rl-guards`` executable: like :func:`main`, and ``... | head`` ends quietly as Unix tools do."""
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    return main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console_main())
