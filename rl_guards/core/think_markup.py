@@ -60,7 +60,7 @@ Families (:data:`MARKUPS`):
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -531,3 +531,22 @@ def prompt_opens_block(prompt_text: str, markup: ThinkMarkup = THINK) -> bool:
         return False
     rest = tail[last_open + len(markup.open_tag) :].strip()
     return rest == "" or (bool(markup.open_header) and rest == markup.open_header)
+
+
+def prompts_open_block(
+    prompt_ids: Sequence[Sequence[int]], decode: Callable[[list[int]], str] | None, markup: ThinkMarkup = THINK
+) -> list[bool]:
+    """Per prompt (token ids): :func:`prompt_opens_block` on its decoded tail; each distinct tail decoded once.
+
+    Only the last 32 tokens are decoded: a template's prefill sits at the very end. Without a decoder: all False.
+    """
+    if decode is None:
+        return [False] * len(prompt_ids)
+    cache: dict[tuple[int, ...], bool] = {}
+    out = []
+    for ids in prompt_ids:
+        tail = tuple(ids[-32:])
+        if tail not in cache:
+            cache[tail] = bool(tail) and prompt_opens_block(decode(list(tail)), markup)
+        out.append(cache[tail])
+    return out

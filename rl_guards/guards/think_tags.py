@@ -14,7 +14,7 @@ from rl_guards.core.think_markup import (
     ThinkMarkup,
     anomalies_for_mode,
     markup_for_template,
-    prompt_opens_block,
+    prompts_open_block,
     scan,
 )
 from rl_guards.errors import ThinkMarkupError
@@ -119,18 +119,6 @@ class ThinkTagsGuard(Guard):
         value = self.ctx.chat_template_kwargs.get("enable_thinking", True)
         return True if value is None else bool(value)
 
-    def _prompt_opened(self, batch: RolloutBatch, row: int, cache: dict[tuple[int, ...], bool]) -> bool:
-        if len(batch.prompt_opened) == len(batch):
-            return bool(batch.prompt_opened[row])
-        decode = batch.decode or self.ctx.decode
-        ids = batch.prompt_ids[row] if row < len(batch.prompt_ids) else []
-        if decode is None or not ids:
-            return False
-        tail = tuple(ids[-32:])
-        if tail not in cache:
-            cache[tail] = prompt_opens_block(decode(list(tail)), self.markup)
-        return cache[tail]
-
     def _text(self, batch: RolloutBatch, row: int) -> str:
         decode = batch.decode or self.ctx.decode
         if self.decode_specials and decode is not None and batch.completion_ids[row]:
@@ -138,14 +126,21 @@ class ThinkTagsGuard(Guard):
         text = batch.completions[row]
         return text if isinstance(text, str) else str(text)
 
-    def scan_row(self, batch: RolloutBatch, row: int, cache: dict[tuple[int, ...], bool]) -> tuple[MarkupVerdict, bool]:
+    def prompts_opened(self, batch: RolloutBatch) -> list[bool]:
+        """Per row: the prompt already opened the block (the hook's flags, else read from the prompt ids)."""
+        if len(batch.prompt_opened) == len(batch):
+            return [bool(v) for v in batch.prompt_opened]
+        opened = prompts_open_block(batch.prompt_ids[: len(batch)], batch.decode or self.ctx.decode, self.markup)
+        return opened + [False] * (len(batch) - len(opened))  # hand-built batches may lack prompt ids
+
+    def scan_row(self, batch: RolloutBatch, row: int, prompt_opened: bool) -> tuple[MarkupVerdict, bool]:
         """The row's verdict and its thinking mode."""
         thinking = batch.thinking[row]
         mode = self._default_thinking() if thinking is None else bool(thinking)
         verdict = scan(
             self._text(batch, row),
             self.markup,
-            prompt_opened=self._prompt_opened(batch, row, cache),
+            prompt_opened=prompt_opened,
             token_ids=batch.completion_ids[row],
             open_id=self.open_id,
             close_id=self.close_id,
@@ -156,13 +151,13 @@ class ThinkTagsGuard(Guard):
         n = len(batch)
         if n == 0:
             return
-        cache: dict[tuple[int, ...], bool] = {}
+        opened = self.prompts_opened(batch)
         code_rows: Counter[str] = Counter()
         wrong_rows: list[tuple[int, tuple[str, ...], MarkupVerdict, bool]] = []
         per_task: dict[str, dict[str, Any]] = {}
         thinking_rows = no_block = 0
         for row in range(n):
-            verdict, thinking = self.scan_row(batch, row, cache)
+            verdict, thinking = self.scan_row(batch, row, opened[row])
             wrong = anomalies_for_mode(verdict, thinking)
             codes = set(verdict.anomalies) | set(wrong)
             code_rows.update(codes)

@@ -38,7 +38,7 @@ from rl_guards.config import GuardsConfig
 from rl_guards.core.batch import RolloutBatch, nan_to_none
 from rl_guards.core.completions import completion_text
 from rl_guards.core.run_summary import task_summary_text
-from rl_guards.core.think_markup import prompt_opens_block
+from rl_guards.core.think_markup import prompts_open_block
 from rl_guards.errors import ConfigError, GuardError, IncompatibleTrainerError
 from rl_guards.guards.base import Finding, Guard, GuardSession, RunContext, run_hook
 from rl_guards.guards.registry import BATCH_GUARDS
@@ -318,7 +318,7 @@ class GuardRun(TrainerCallback, ExportableState):
         prompt_rows = [
             [t for t, m in zip(ids, mask, strict=True) if m] for ids, mask in zip(prompt_ids, prompt_mask, strict=True)
         ]
-        opened = self._prompt_opened(prompt_rows)
+        opened = prompts_open_block(prompt_rows, self.ctx.decode, self.markup)
 
         local_rows = []
         for i, example in enumerate(inputs):
@@ -343,20 +343,6 @@ class GuardRun(TrainerCallback, ExportableState):
                 }
             )
         return local_rows
-
-    def _prompt_opened(self, prompt_rows: list[list[int]]) -> list[bool]:
-        """Per row: the prompt ends inside an open think block (decode the tail of each distinct prompt once)."""
-        decode = self.ctx.decode
-        if decode is None:
-            return [False] * len(prompt_rows)
-        cache: dict[tuple[int, ...], bool] = {}
-        out = []
-        for row in prompt_rows:
-            tail = tuple(row[-32:])
-            if tail not in cache:
-                cache[tail] = prompt_opens_block(decode(list(tail)), self.markup)
-            out.append(cache[tail])
-        return out
 
     def _flush_metrics(self, mode: str | None = None) -> None:
         metrics = self.session.pop_metrics()
