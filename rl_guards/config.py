@@ -113,7 +113,14 @@ class TasksConfig(GuardConfig):
 
     mode: Mode = "log"
     task_column: str = "task"  # dataset column naming each row's task
-    default_task: str = "all"  # task name when the column is missing
+    default_task: str = "all"  # task name when the column is missing or the row's value is null
+    # tasks with their own per-task curves (the most frequent in the dataset first); the rest share one
+    # "~other" curve (0 = no cap)
+    max_tasks: int = 32
+
+    def validate(self, prefix: str) -> None:
+        super().validate(prefix)
+        _check_positive(prefix, "max_tasks", self.max_tasks, allow_zero=True)
 
 
 @dataclass

@@ -6,7 +6,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-TASK_PREFIX = "rl_guards/task/"
+from rl_guards.core.metric_keys import parse_task_metric_key
+
 # (metric suffix, column title): the per-task curves a reader checks first.
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("reward_mean", "reward"),
@@ -22,11 +23,12 @@ def task_curves(log_history: Sequence[dict[str, Any]]) -> dict[str, dict[str, li
     curves: dict[str, dict[str, list[float]]] = {}
     for row in log_history:
         for key, value in row.items():
-            if not key.startswith(TASK_PREFIX) or not isinstance(value, int | float):
+            parsed = parse_task_metric_key(key)
+            if parsed is None or not isinstance(value, int | float) or isinstance(value, bool):
                 continue
-            if isinstance(value, float) and math.isnan(value):
+            if not math.isfinite(value):
                 continue
-            task, _, metric = key[len(TASK_PREFIX) :].partition("/")
+            task, metric = parsed
             curves.setdefault(task, {}).setdefault(metric, []).append(float(value))
     return curves
 
@@ -36,7 +38,9 @@ def task_summary_text(log_history: Sequence[dict[str, Any]]) -> str:
     curves = task_curves(log_history)
     if not curves:
         return ""
-    width = max(len("task"), *(len(t) for t in curves))
+    # Names that would print invisibly or ambiguously ("", " a", control characters) are shown quoted.
+    names = {t: t if t and t == t.strip() and t.isprintable() else repr(t) for t in curves}
+    width = max(len("task"), *(len(n) for n in names.values()))
     header = "  " + "task".ljust(width) + "".join(f"  {title:>17}" for _, title in COLUMNS)
     lines = ["per task (first -> last logged value):", header]
     for task in sorted(curves):
@@ -44,5 +48,5 @@ def task_summary_text(log_history: Sequence[dict[str, Any]]) -> str:
         for metric, _ in COLUMNS:
             values = curves[task].get(metric)
             cells.append(f"{values[0]:>7.3f} -> {values[-1]:<6.3f}" if values else f"{'-':>17}")
-        lines.append("  " + task.ljust(width) + "".join(f"  {c:>17}" for c in cells))
+        lines.append("  " + names[task].ljust(width) + "".join(f"  {c:>17}" for c in cells))
     return "\n".join(lines)

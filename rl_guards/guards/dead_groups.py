@@ -9,6 +9,7 @@ from rl_guards.config import DeadGroupsConfig
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.core.group_size import advise_group_size, expected_dead_share
 from rl_guards.core.groups import REWARD_ATOL, TaskGroups, group_outcomes, trl_totals, update_ranges
+from rl_guards.core.metric_keys import decode_task, encode_task
 from rl_guards.errors import DeadGradientError
 from rl_guards.guards.base import Guard, Reporter
 
@@ -158,15 +159,16 @@ class DeadGroupGuard(Guard):
 
     # ----- resume -----------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        # Task labels as key segments: the capped-tasks bucket and every name survive the JSON round trip.
         return {
-            "streaks": dict(self.streaks),
-            "ranges": {t: list(r) for t, r in self.ranges.items()},
-            "windows": {t: [list(x) for x in w] for t, w in self.windows.items()},
+            "streaks": {encode_task(t): n for t, n in self.streaks.items()},
+            "ranges": {encode_task(t): list(r) for t, r in self.ranges.items()},
+            "windows": {encode_task(t): [list(x) for x in w] for t, w in self.windows.items()},
             "group_size": self.group_size,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.streaks = {str(t): int(n) for t, n in state.get("streaks", {}).items()}
-        self.ranges = {str(t): [float(r[0]), float(r[1])] for t, r in state.get("ranges", {}).items()}
-        self.windows = {str(t): [[int(p), int(n)] for p, n in w] for t, w in state.get("windows", {}).items()}
+        self.streaks = {decode_task(t): int(n) for t, n in state.get("streaks", {}).items()}
+        self.ranges = {decode_task(t): [float(r[0]), float(r[1])] for t, r in state.get("ranges", {}).items()}
+        self.windows = {decode_task(t): [[int(p), int(n)] for p, n in w] for t, w in state.get("windows", {}).items()}
         self.group_size = int(state.get("group_size", 0))

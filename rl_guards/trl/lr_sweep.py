@@ -24,10 +24,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rl_guards.core.metric_keys import parse_task_metric_key
+
 logger = logging.getLogger("rl_guards")
 
-TASK_REWARD_PREFIX = "rl_guards/task/"
-TASK_REWARD_SUFFIX = "/reward_mean"
+TASK_REWARD_METRIC = "reward_mean"
 TRL_REWARD_KEY = "reward"
 ALL_TASKS = "all"
 
@@ -109,9 +110,9 @@ def reward_curves(log_history: Sequence[dict[str, Any]]) -> dict[str, list[list[
     for row in log_history:
         step = float(row.get("step", 0))
         for key, value in row.items():
-            if key.startswith(TASK_REWARD_PREFIX) and key.endswith(TASK_REWARD_SUFFIX) and _is_number(value):
-                task = key[len(TASK_REWARD_PREFIX) : -len(TASK_REWARD_SUFFIX)]
-                curves.setdefault(task, []).append([step, float(value)])
+            parsed = parse_task_metric_key(key)
+            if parsed is not None and parsed[1] == TASK_REWARD_METRIC and _is_number(value):
+                curves.setdefault(parsed[0], []).append([step, float(value)])
     if curves:
         return curves
     for row in log_history:
