@@ -24,7 +24,7 @@ class RolloutBatch:
     reward_weights: list[float]  # one per reward function
     rewards: list[list[float | None]]  # [row][func]; None where the function returned None (not its row)
     advantages: list[float]  # one per row, as the trainer computed them
-    tasks: list[str]  # one per row, from the task column (default task when absent)
+    tasks: list[str]  # one per row: the task's metric label (its name, or OTHER_TASKS beyond tasks.max_tasks)
     completions: list[str]  # the completion text the reward functions saw
     completion_ids: list[list[int]]  # generated ids, unpadded, cut after the first EOS (EOS kept)
     prompt_ids: list[list[int]]  # rendered prompt ids, unpadded
@@ -35,6 +35,8 @@ class RolloutBatch:
     columns: dict[str, list[Any]] = field(default_factory=dict)  # other dataset columns, one value per row
     # per row: the rendered prompt ends inside an open think block (template prefill); empty = unknown
     prompt_opened: list[bool] = field(default_factory=list)
+    # per row: the task name from the dataset (default task when null or absent); empty = same as ``tasks``
+    raw_tasks: list[str] = field(default_factory=list)
     # Decoders supplied by the adapter; None in pure unit tests.
     decode: Any = None  # callable(list[int]) -> str with special tokens kept
     epoch: float = 0.0

@@ -19,22 +19,10 @@ from typing import Any, ClassVar
 
 from rl_guards.config import GuardConfig, GuardsConfig
 from rl_guards.core.batch import RolloutBatch
+from rl_guards.core.metric_keys import METRIC_PREFIX, metric_key, task_metric_key
 from rl_guards.errors import GuardError
 
 logger = logging.getLogger("rl_guards")
-
-METRIC_PREFIX = "rl_guards"
-
-
-def metric_key(guard: str, name: str) -> str:
-    """``rl_guards/<guard>/<name>``."""
-    return f"{METRIC_PREFIX}/{guard}/{name}"
-
-
-def task_metric_key(task: str, name: str) -> str:
-    """``rl_guards/task/<task>/<name>`` (slashes in task names become ``_``)."""
-    safe = str(task).replace("/", "_") or "_"
-    return f"{METRIC_PREFIX}/task/{safe}/{name}"
 
 
 class RLGuardsWarning(UserWarning):
@@ -56,13 +44,24 @@ class Finding:
 
 
 class GuardSession:
-    """Collects metrics and findings of all guards for a run; applies modes; warns once per kind."""
+    """Collects metrics and findings of all guards for a run; applies modes; warns once per kind.
+
+    Its state (:meth:`state_dict`) is saved with every checkpoint and restored on resume, so counts, first steps
+    and warnings continue as in an uninterrupted run. Start-of-training checks run again on every resume; while
+    :attr:`phase` is ``"begin"``, a kind that the restored run already recorded at its own start is not counted
+    twice.
+    """
+
+    MAX_FINDINGS_PER_KIND = 5  # findings kept per (guard, kind), besides every error: bounded memory
 
     def __init__(self) -> None:
         self.metrics: dict[str, list[float]] = {}
         self.findings: list[Finding] = []
         self.counts: Counter[tuple[str, str]] = Counter()  # (guard, kind) -> occurrences
         self.first_step: dict[tuple[str, str], int | None] = {}
+        self.phase = "run"  # "begin" while the start-of-training checks run
+        self.begin_keys: set[tuple[str, str]] = set()  # kinds recorded by start-of-training checks
+        self._restored_begin_keys: set[tuple[str, str]] = set()
         self._warned: set[tuple[str, str]] = set()
 
     def reporter(self, guard: str, config: GuardConfig, step: int | None) -> Reporter:
@@ -78,11 +77,15 @@ class GuardSession:
 
     def record(self, finding: Finding, *, warn: bool) -> None:
         key = (finding.guard, finding.kind)
-        self.counts[key] += 1
-        self.first_step.setdefault(key, finding.step)
-        # Keep every error, and the first few findings of each kind, so memory stays bounded.
-        if finding.severity == "error" or self.counts[key] <= 5:
-            self.findings.append(finding)
+        repeated_start_check = self.phase == "begin" and key in self._restored_begin_keys
+        if self.phase == "begin":
+            self.begin_keys.add(key)
+        if not repeated_start_check:
+            self.counts[key] += 1
+            self.first_step.setdefault(key, finding.step)
+            # Keep every error, and the first few findings of each kind, so memory stays bounded.
+            if finding.severity == "error" or self.counts[key] <= self.MAX_FINDINGS_PER_KIND:
+                self.findings.append(finding)
         if warn and key not in self._warned:
             self._warned.add(key)
             warnings.warn(f"[rl_guards/{finding.guard}] {finding.message}", RLGuardsWarning, stacklevel=3)
@@ -91,11 +94,11 @@ class GuardSession:
             logger.info("[rl_guards/%s] %s", finding.guard, finding.message)
 
     def summary_rows(self) -> list[dict[str, Any]]:
-        """One row per (guard, kind): count and first step."""
-        rows = []
-        for (guard, kind), count in sorted(self.counts.items()):
-            rows.append({"guard": guard, "kind": kind, "count": count, "first_step": self.first_step[(guard, kind)]})
-        return rows
+        """One row per (guard, kind): count and first step (None when unknown)."""
+        return [
+            {"guard": guard, "kind": kind, "count": count, "first_step": self.first_step.get((guard, kind))}
+            for (guard, kind), count in sorted(self.counts.items())
+        ]
 
     def summary_text(self) -> str:
         """A readable end-of-run table of what the guards found."""
@@ -106,8 +109,33 @@ class GuardSession:
         lines = ["rl_guards findings:", f"  {'guard/kind'.ljust(width)}  count  first step"]
         for r in rows:
             name = f"{r['guard']}/{r['kind']}".ljust(width)
-            lines.append(f"  {name}  {r['count']:>5}  {r['first_step']}")
+            first = "-" if r["first_step"] is None else r["first_step"]
+            lines.append(f"  {name}  {r['count']:>5}  {first}")
         return "\n".join(lines)
+
+    # ----- resume -----------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable: counts with first steps, kept findings, warned kinds, start-check kinds."""
+        return {
+            "counts": [[g, k, c, self.first_step.get((g, k))] for (g, k), c in sorted(self.counts.items())],
+            "findings": [f.to_dict() for f in self.findings],
+            "warned": sorted([g, k] for g, k in self._warned),
+            "begin_keys": sorted([g, k] for g, k in self.begin_keys),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` in place (also accepts the 0.1 format: ``[guard, kind, count]`` rows)."""
+        self.counts = Counter()
+        self.first_step = {}
+        for row in state.get("counts", []):
+            guard, kind, count = str(row[0]), str(row[1]), int(row[2])
+            self.counts[(guard, kind)] = count
+            first = row[3] if len(row) > 3 else None
+            self.first_step[(guard, kind)] = None if first is None else int(first)
+        self.findings = [Finding(**f) for f in state.get("findings", []) if isinstance(f, dict)]
+        self._warned = {(str(g), str(k)) for g, k in state.get("warned", [])}
+        self.begin_keys = {(str(g), str(k)) for g, k in state.get("begin_keys", [])}
+        self._restored_begin_keys = set(self.begin_keys)
 
 
 class Reporter:
@@ -124,7 +152,7 @@ class Reporter:
         self.session.add_metric(metric_key(self.guard, name), value)
 
     def task_metric(self, task: str, name: str, value: float) -> None:
-        """Log ``rl_guards/task/<task>/<name>``."""
+        """Log ``rl_guards/task/<task>/<name>`` (the task name encoded: :mod:`rl_guards.core.metric_keys`)."""
         self.session.add_metric(task_metric_key(task, name), value)
 
     def info(self, kind: str, message: str) -> None:
@@ -180,6 +208,7 @@ class Guard:
         setup(ctx)                       # once, at install
         on_train_begin(report)           # before step 0 (preflight-type checks)
         on_batch(batch, report)          # every generation batch (train and eval), all ranks, same data
+        before_save(checkpoint_dir, report)  # the trainer is about to write this checkpoint
         on_save(checkpoint_dir, report)  # after each checkpoint save
         on_stop(batch, report)           # a guard raised on this batch: last chance to save evidence
         on_train_end(report)
@@ -206,6 +235,9 @@ class Guard:
 
     def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
         """Inspect one gathered generation batch."""
+
+    def before_save(self, checkpoint_dir: str, report: Reporter) -> None:
+        """Called right before the trainer writes ``checkpoint_dir`` (evidence that belongs to it goes first)."""
 
     def on_save(self, checkpoint_dir: str, report: Reporter) -> None:
         """Called after the trainer saved a checkpoint."""
@@ -240,3 +272,17 @@ def run_hook(guard: Guard, hook: str, session: GuardSession, step: int | None, *
             warn=True,
         )
         session.add_metric(metric_key(guard.name, "internal_errors"), 1.0)
+
+
+__all__ = [
+    "METRIC_PREFIX",
+    "Finding",
+    "Guard",
+    "GuardSession",
+    "RLGuardsWarning",
+    "Reporter",
+    "RunContext",
+    "metric_key",
+    "run_hook",
+    "task_metric_key",
+]

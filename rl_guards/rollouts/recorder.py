@@ -141,6 +141,28 @@ def write_atomic(path: Path, write: Any) -> None:
                 pass
 
 
+def retag_dump(path: Path, checkpoint: int) -> dict[str, Any]:
+    """Rewrite a dump's metadata as the dump of ``checkpoint-<checkpoint>`` (atomically); returns the metadata."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(str(path))
+    meta = json.loads((table.schema.metadata or {})[METADATA_KEY])
+    meta.update(checkpoint=int(checkpoint), reason="checkpoint")
+    table = table.replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()})
+    write_atomic(path, lambda tmp: pq.write_table(table, str(tmp), compression="zstd"))
+    return meta
+
+
+def _complete_checkpoints(output_dir: str | os.PathLike[str]) -> list[int]:
+    """Steps of the ``checkpoint-<k>`` folders whose ``trainer_state.json`` was written (the trainer writes it last)."""
+    out = []
+    for path in Path(output_dir).glob("checkpoint-*"):
+        match = re.fullmatch(r"checkpoint-(\d+)", path.name)
+        if match and (path / "trainer_state.json").is_file():
+            out.append(int(match.group(1)))
+    return sorted(out)
+
+
 def write_index(folder: Path, entries: dict[int, dict[str, Any]]) -> None:
     """Rewrite ``index.jsonl`` (sorted by step) atomically."""
     text = "".join(json.dumps(entries[s], sort_keys=True) + "\n" for s in sorted(entries))
@@ -206,6 +228,7 @@ class RolloutRecorder(Guard):
         self._table_batches = 0  # how many buffered batches _table holds
         # (step, batches, checkpoint, rows) of the last file this recorder wrote
         self._written: tuple[int, int, int | None, int] | None = None
+        self._written_reason = ""  # reason of that file
         self._markup = MarkupSpec()
 
     def setup(self, ctx: RunContext) -> None:
@@ -248,7 +271,12 @@ class RolloutRecorder(Guard):
         if not self._batches or self._batches[-1] is not batch:
             self._batches.append(batch)
 
+    def before_save(self, checkpoint_dir: str, report: Reporter) -> None:
+        """Dump the checkpoint's rollouts before the trainer writes it: no complete checkpoint lacks its dump."""
+        self.on_save(checkpoint_dir, report)
+
     def on_save(self, checkpoint_dir: str, report: Reporter) -> None:
+        """Tag (or write) the dump of the checkpoint just saved; a no-op when :meth:`before_save` already did."""
         if not self.ctx.is_main_process or not self.config.on_save or not self._batches:
             return
         match = re.search(r"checkpoint-(\d+)$", str(checkpoint_dir).rstrip("/\\"))
@@ -281,22 +309,52 @@ class RolloutRecorder(Guard):
                 )
             if bad:
                 report.info("unreadable_dump", f"ignored unreadable files in {folder}: {bad}")
+            self._retag_checkpoints(step, entries, report)
             self._entries = entries
             write_index(folder, entries)
         except OSError as exc:
             self._write_failed(f"could not prepare {folder} for dumps: {type(exc).__name__}: {exc}", report)
 
+    def _retag_checkpoints(self, step: int, entries: dict[int, dict[str, Any]], report: Reporter) -> None:
+        """Each complete checkpoint up to ``step`` gets its tagged dump (a kill could fall between the two).
+
+        The dump of ``checkpoint-k`` holds the last generation batch before the save: the latest dumped step
+        below ``k``, at most ``steps_per_generation`` steps back. An untagged dump there is tagged; when there is
+        none, an info finding says the checkpoint has no dump (its rollouts were never written).
+        """
+        spg = max(1, int(getattr(self.ctx.args, "steps_per_generation", None) or 1))
+        tagged = {e.get("checkpoint") for e in entries.values()}
+        for checkpoint in _complete_checkpoints(self.ctx.output_dir):
+            if checkpoint > step or checkpoint in tagged:
+                continue
+            below = [s for s in entries if s < checkpoint]
+            latest = max(below) if below else None
+            if latest is None or latest < checkpoint - spg or entries[latest].get("checkpoint") is not None:
+                report.info(
+                    "checkpoint_without_dump",
+                    f"checkpoint-{checkpoint} has no rollout dump (the run stopped before it was written); the "
+                    "dumps of the other steps are intact.",
+                )
+                continue
+            path = self.folder / entries[latest]["file"]
+            meta = retag_dump(path, checkpoint)
+            entries[latest] = index_entry(meta, path.name)
+            report.info("retagged_dump", f"tagged the dump of step {latest} with checkpoint-{checkpoint} on resume")
+
     # ----- dumping ------------------------------------------------------------------------------------
     def _dump(self, reason: str, checkpoint: int | None, report: Reporter) -> None:
         step, count = int(self._step if self._step is not None else 0), len(self._batches)
         if self._written is not None and self._written[:2] == (step, count):
-            if checkpoint is None or self._written[2] == checkpoint:
-                return  # already on disk with these rows and this tag
+            stop_noted = reason != "stopped" or self._written_reason == "stopped"
+            if (checkpoint is None or self._written[2] == checkpoint) and stop_noted:
+                return  # already on disk with these rows, this tag and, for a stop, the stop reason
         same_step = self._written is not None and self._written[0] == step
         retag = self._written is not None and self._written[:2] == (step, count)  # same rows, new checkpoint tag
         if checkpoint is None and same_step:
             checkpoint = self._written[2]  # more rows for a step already tagged by a checkpoint: keep the tag
-        if checkpoint is not None:
+        if self._written_reason == "stopped" and same_step:
+            reason = "stopped"  # a stop stays visible when a later save re-tags the same rows
+        if checkpoint is not None and reason != "stopped":
             reason = "checkpoint"
         table = self._build_table()
         tasks = sorted(set(table.column("task").to_pylist()))
@@ -332,6 +390,7 @@ class RolloutRecorder(Guard):
             )
         new_rows = table.num_rows - (self._written[3] if same_step else 0)
         self._written = (step, count, checkpoint, table.num_rows)
+        self._written_reason = reason
         if not retag:  # a re-tag rewrites the same rows: count and show them once
             report.metric("dumped_rows", float(new_rows))
             self._log_wandb(table, step)
@@ -410,6 +469,7 @@ def build_rollout_table(batches: list[RolloutBatch], decode: Any = None, markup:
         dec = decode or batch.decode
         prompt_cache: dict[tuple[int, ...], str] = {}
         opened = getattr(batch, "prompt_opened", None) or []
+        task_names = batch.raw_tasks or batch.tasks  # the dataset's own names, not the capped metric labels
         extra_names = sorted(batch.columns)
         for i in range(len(batch)):
             pids = batch.prompt_ids[i] if i < len(batch.prompt_ids) else []
@@ -436,7 +496,7 @@ def build_rollout_table(batches: list[RolloutBatch], decode: Any = None, markup:
             cols["mode"].append(batch.mode)
             cols["row"].append(row_offset + i)
             cols["group"].append(group_offset + i // batch.num_generations)
-            cols["task"].append(str(batch.tasks[i]))
+            cols["task"].append(str(task_names[i]))
             cols["prompt"].append(prompt)
             cols["completion"].append(completion)
             cols["completion_text"].append(batch.completions[i])

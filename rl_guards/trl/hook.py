@@ -38,11 +38,13 @@ from rl_guards.config import GuardsConfig
 from rl_guards.core.batch import RolloutBatch, nan_to_none
 from rl_guards.core.completions import completion_text
 from rl_guards.core.run_summary import task_summary_text
+from rl_guards.core.task_labels import TaskLabels, task_name
 from rl_guards.core.think_markup import prompts_open_block
 from rl_guards.errors import ConfigError, GuardError, IncompatibleTrainerError
 from rl_guards.guards.base import Finding, Guard, GuardSession, RunContext, run_hook
 from rl_guards.guards.registry import BATCH_GUARDS
 from rl_guards.guards.think_tags import markup_from_config
+from rl_guards.trl import collectives
 
 logger = logging.getLogger("rl_guards")
 
@@ -100,11 +102,13 @@ class GuardRun(TrainerCallback, ExportableState):
         self.last_batch: RolloutBatch | None = None
         self._pending_rewards: tuple[Any, ...] | None = None
         self._restored = False
+        self.task_labels = TaskLabels(config.tasks.max_tasks)
 
         self.guards: list[Guard] = [cls(config) for cls in guard_classes]
         self.guards = [g for g in self.guards if g.enabled]
         self.ctx = self._build_context()
         self.markup = markup_from_config(config.think_tags, self.ctx.template_text)
+        self.task_labels.seed(_dataset_task_counts(self.ctx.train_dataset, config.tasks))
         for guard in self.guards:
             guard.setup(self.ctx)
         self._configure_reward_funcs()
@@ -218,21 +222,56 @@ class GuardRun(TrainerCallback, ExportableState):
             self.session.counts[key] += 1
             return
         step = int(self.trainer.state.global_step)
-        for guard in self.guards:
-            if hasattr(guard, "check_tensors"):
-                run_hook(guard, "check_tensors", self.session, step, output)
+        stop = self._run_guards("check_tensors", step, output)
         pending, self._pending_rewards = self._pending_rewards, None
+        # Built even when the mask check stops the run: the offending batch is dumped as evidence.
         batch = self._build_batch(output, pending, step) if pending is not None else None
         if batch is not None:
             self.batches_seen += 1
             self.last_batch = batch
-            try:
-                for guard in self.guards:
-                    run_hook(guard, "on_batch", self.session, step, batch)
-            except GuardError:
-                self._on_stop(batch, step)
-                raise
+            stop = self._run_guards("on_batch", step, batch) or stop
+        stop = self._agree(stop, step)
+        if stop is not None and batch is not None:
+            self._on_stop(batch, step)
         self._flush_metrics()
+        if stop is not None:
+            raise stop
+
+    def _run_guards(self, hook: str, step: int, *args: Any) -> GuardError | None:
+        """Call ``hook`` on every guard that has it; the first GuardError is returned once all have run.
+
+        The guards after a stopping one still run, so the failing batch's metrics and findings are complete.
+        """
+        stop: GuardError | None = None
+        for guard in self.guards:
+            if not hasattr(guard, hook):
+                continue
+            try:
+                run_hook(guard, hook, self.session, step, *args)
+            except GuardError as exc:
+                stop = stop or exc
+        return stop
+
+    def _agree(self, stop: GuardError | None, step: int) -> GuardError | None:
+        """All ranks stop together: when a guard stops on any rank, every rank stops (one small all_reduce).
+
+        Every rank calls this at the same points, stopping or not, so no rank is left waiting in a collective.
+        """
+        if self.ctx.world_size <= 1 or not collectives.distributed():
+            return stop
+        names = [g.name for g in self.guards]
+        mine = names.index(stop.guard) + 1 if stop is not None and stop.guard in names else 0
+        device = getattr(getattr(self.trainer, "accelerator", None), "device", None)
+        stopping, index = collectives.all_reduce_ints([int(stop is not None), mine], op="max", device=device)
+        if stop is None and stopping:
+            name = names[index - 1] if index else "hook"
+            stop = GuardError(
+                f"[rl_guards/{name}] a guard stopped the run on another rank at step {step}; this rank stops with "
+                "it (the finding and its message are in that rank's log).",
+                guard=name,
+                step=step,
+            )
+        return stop
 
     def _on_stop(self, batch: RolloutBatch, step: int) -> None:
         """A guard is stopping the run: let the others save evidence (the recorder dumps the batch)."""
@@ -269,6 +308,8 @@ class GuardRun(TrainerCallback, ExportableState):
             )
             return None
         rows = [row for part in parts for row in part["rows"]]
+        raw_tasks = [r["task"] for r in rows]
+        tasks = self._task_labels(raw_tasks, step)
         rewards_per_func = pending[4]
         adv_list = [float(a) for a in advantages.detach().float().cpu().tolist()]
         rewards = [nan_to_none(r) for r in torch.as_tensor(rewards_per_func).detach().float().cpu().tolist()]
@@ -287,7 +328,8 @@ class GuardRun(TrainerCallback, ExportableState):
             reward_weights=weight_list,
             rewards=rewards,
             advantages=adv_list,
-            tasks=[r["task"] for r in rows],
+            tasks=tasks,
+            raw_tasks=raw_tasks,
             completions=[r["completion"] for r in rows],
             completion_ids=[r["completion_ids"] for r in rows],
             prompt_ids=[r["prompt_ids"] for r in rows],
@@ -300,6 +342,28 @@ class GuardRun(TrainerCallback, ExportableState):
             epoch=float(trainer.state.epoch or 0.0),
             prompt_opened=[r["prompt_opened"] for r in rows],
         )
+
+    def _task_labels(self, names: list[str], step: int) -> list[str]:
+        """Metric labels of the batch's tasks under ``tasks.max_tasks``; says once when the cap applies."""
+        capped_before = len(self.task_labels.capped)
+        labels = self.task_labels.labels(names)
+        if self.task_labels.capped and not capped_before:
+            kept, capped = list(self.task_labels.kept), sorted(self.task_labels.capped)
+            self.session.record(
+                Finding(
+                    "tasks",
+                    "task_cap",
+                    "warning",
+                    f"more than tasks.max_tasks={self.config.tasks.max_tasks} distinct tasks: per-task metrics are "
+                    f"logged for {len(kept)} tasks ({', '.join(map(repr, kept[:5]))}{', ...' if len(kept) > 5 else ''})"
+                    f" and the others ({', '.join(map(repr, capped[:5]))}{', ...' if len(capped) > 5 else ''}) share "
+                    "the rl_guards/task/~other/... curves. Dumps keep every row's own task name. Raise "
+                    "tasks.max_tasks (0 = no cap) to give every task its own curves.",
+                    step,
+                ),
+                warn=True,
+            )
+        return labels
 
     def _local_rows(self, output: dict[str, Any], pending: tuple[Any, ...]) -> list[dict[str, Any]]:
         """This rank's rows, as plain Python objects ready to gather."""
@@ -331,7 +395,7 @@ class GuardRun(TrainerCallback, ExportableState):
             }
             local_rows.append(
                 {
-                    "task": str(example.get(task_col, cfg.tasks.default_task)),
+                    "task": task_name(example.get(task_col), cfg.tasks.default_task),
                     "completion": completion_text(completions[i], self.markup),
                     "completion_ids": ids,
                     "prompt_ids": prompt_rows[i] if i < len(prompt_rows) else [],
@@ -357,28 +421,49 @@ class GuardRun(TrainerCallback, ExportableState):
     # ----- trainer events --------------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._restore(state)
-        for guard in self.guards:
-            run_hook(guard, "on_train_begin", self.session, int(state.global_step))
+        step = int(state.global_step)
+        self.session.phase = "begin"
+        try:
+            stop = self._run_guards("on_train_begin", step)
+        finally:
+            self.session.phase = "run"
+        stop = self._agree(stop, step)
         self._share_template_verdict()
         # The model is not yet in train mode here; these metrics belong to the first training log.
         self._flush_metrics("train")
+        if stop is not None:
+            raise stop
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        # The trainer saves a checkpoint right after this event: evidence tied to it (the checkpoint's rollout
+        # dump) is written first, so a kill during or after the save never leaves a checkpoint without it.
+        if getattr(control, "should_save", False):
+            self._dispatch("before_save", int(state.global_step), self._checkpoint_dir(args, state))
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        import os
-
-        checkpoint_dir = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-        for guard in self.guards:
-            run_hook(guard, "on_save", self.session, int(state.global_step), checkpoint_dir)
+        self._dispatch("on_save", int(state.global_step), self._checkpoint_dir(args, state))
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        for guard in self.guards:
-            run_hook(guard, "on_train_end", self.session, int(state.global_step))
+        self._dispatch("on_train_end", int(state.global_step))
         if self.ctx.is_main_process:
             from rl_guards.trl import wandb_io
 
             wandb_io.set_summary(
                 {f"rl_guards/findings/{r['guard']}/{r['kind']}": r["count"] for r in self.session.summary_rows()}
             )
+
+    def _dispatch(self, hook: str, step: int, *args: Any) -> None:
+        """Run a trainer event's hook on every guard; all ranks stop together if one stops."""
+        stop = self._agree(self._run_guards(hook, step, *args), step)
+        if stop is not None:
+            self._flush_metrics()
+            raise stop
+
+    @staticmethod
+    def _checkpoint_dir(args: Any, state: Any) -> str:
+        import os
+
+        return os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
 
     def _share_template_verdict(self) -> None:
         """Tell reward functions that want it whether the generation prompt already opens ``<think>``."""
@@ -400,7 +485,8 @@ class GuardRun(TrainerCallback, ExportableState):
             "args": {},
             "attributes": {
                 "guards": {g.name: g.state_dict() for g in self.guards},
-                "counts": [[g, k, c] for (g, k), c in sorted(self.session.counts.items())],
+                "session": self.session.state_dict(),
+                "task_labels": self.task_labels.state_dict(),
                 "batches_seen": self.batches_seen,
             },
         }
@@ -416,8 +502,9 @@ class GuardRun(TrainerCallback, ExportableState):
             guard_state = attributes.get("guards", {}).get(guard.name)
             if guard_state:
                 guard.load_state_dict(guard_state)
-        for guard_name, kind, count in attributes.get("counts", []):
-            self.session.counts[(guard_name, kind)] = int(count)
+        # 0.1 checkpoints saved only the counts, as [guard, kind, count] rows.
+        self.session.load_state_dict(attributes.get("session") or {"counts": attributes.get("counts", [])})
+        self.task_labels.load_state_dict(attributes.get("task_labels", {}))
         self.batches_seen = int(attributes.get("batches_seen", 0))
         self._restored = True
 
@@ -442,6 +529,21 @@ class GuardRun(TrainerCallback, ExportableState):
             if g.name == name:
                 return g
         raise KeyError(f"no guard named {name!r}; installed: {[g.name for g in self.guards]}")
+
+
+def _dataset_task_counts(dataset: Any, tasks: Any) -> dict[str, int]:
+    """Rows per task name in a map-style dataset's task column ({} when it cannot be counted cheaply)."""
+    try:
+        if tasks.task_column not in (getattr(dataset, "column_names", None) or []):
+            return {}
+        values = dataset.data.column(tasks.task_column).value_counts().to_pylist()  # Arrow: no Python row loop
+    except Exception:  # iterable datasets, other containers: names are then taken as they appear
+        return {}
+    counts: dict[str, int] = {}
+    for item in values:
+        name = task_name(item["values"], tasks.default_task)
+        counts[name] = counts.get(name, 0) + int(item["counts"])
+    return counts
 
 
 def _gather_objects(trainer: Any, rows: list[Any]) -> list[Any]:

@@ -1,0 +1,36 @@
+"""The few collectives rl_guards runs across ranks: small fixed-size integer vectors, summed or maxed.
+
+Every rank must call them at the same points, with vectors of the same length: callers never put one inside a
+branch that only some ranks take. Without ``torch.distributed`` (or with one process) they return the input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+
+def distributed() -> bool:
+    """True when ``torch.distributed`` is initialised with more than one rank."""
+    dist = torch.distributed
+    return bool(dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
+
+
+def _device(device: Any = None) -> torch.device:
+    if device is not None:
+        return torch.device(device)
+    if torch.distributed.get_backend() == "nccl":  # NCCL reduces CUDA tensors only
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def all_reduce_ints(values: Sequence[int], op: str = "sum", device: Any = None) -> list[int]:
+    """Element-wise ``sum`` or ``max`` of an integer vector over every rank (one collective)."""
+    if not distributed():
+        return [int(v) for v in values]
+    dist = torch.distributed
+    tensor = torch.tensor([int(v) for v in values], dtype=torch.long, device=_device(device))
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+    return [int(v) for v in tensor.tolist()]
