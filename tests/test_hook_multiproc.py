@@ -31,7 +31,12 @@ def _free_port() -> int:
 
 
 def _launch(
-    out: Path, nproc: int, per_device_batch: int, cache: str, extra_env: dict[str, str] | None = None
+    out: Path,
+    nproc: int,
+    per_device_batch: int,
+    cache: str,
+    extra_env: dict[str, str] | None = None,
+    guards_config: dict[str, Any] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     env = {
         **(extra_env or {}),
@@ -40,7 +45,7 @@ def _launch(
         "OMP_NUM_THREADS": "1",
         "MAX_STEPS": "3",
         "PER_DEVICE_BATCH": str(per_device_batch),
-        "GUARDS_CONFIG": json.dumps(GUARDS_CONFIG),
+        "GUARDS_CONFIG": json.dumps(GUARDS_CONFIG if guards_config is None else guards_config),
         "WANDB_MODE": "offline",
     }
     if nproc == 1:
@@ -125,3 +130,21 @@ def test_a_failure_on_one_rank_skips_the_batch_on_all_ranks_without_a_hang(tiny:
     steps = {r: [b["step"] for b in _batches(out / f"batches_rank{r}.jsonl")] for r in (0, 1)}
     assert steps == {0: [0, 2], 1: [0, 2]}, steps  # step 1 skipped on both ranks, training went on
     assert "hook/internal_error" in (out / "summary.txt").read_text()
+
+
+@pytest.mark.slow
+def test_a_stop_on_the_main_process_alone_stops_every_rank(tiny: Any, tmp_path: Path) -> None:
+    # Only the main process writes dumps: with rollouts in raise mode and an unwritable folder, rank 0 alone finds
+    # write_failed. Rank 1 must stop with it (a GuardError naming the guard), not die on a closed connection or wait.
+    out = tmp_path / "stop"
+    out.mkdir()
+    blocked = tmp_path / "blocked"
+    blocked.write_text("not a folder")
+    config = {**GUARDS_CONFIG, "rollouts": {"every_steps": 1, "mode": "raise", "output_dir": str(blocked)}}
+    proc = _launch(out, nproc=2, per_device_batch=6, cache=os.environ["RL_GUARDS_CACHE"], guards_config=config)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0, text[-3000:]
+    assert "could not write the rollouts of step 0" in text  # rank 0's own finding
+    assert "a guard stopped the run on another rank at step 0" in text, text[-3000:]  # rank 1 stops with it
+    for rank in (0, 1):
+        assert [b["step"] for b in _batches(out / f"batches_rank{rank}.jsonl")] == [0]  # nobody trained on
