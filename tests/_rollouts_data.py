@@ -115,7 +115,10 @@ class Harness:
         self.recorder.on_train_begin(self.report(step))
 
     def batch(self, batch: RolloutBatch) -> None:
+        """The hook's order for one batch; then wait for the background writer, so files can be read."""
         self.recorder.on_batch(batch, self.report(batch.step))
+        self.recorder.after_batch(batch, self.report(batch.step))
+        self.recorder.flush(self.report(batch.step))
 
     def save(self, checkpoint: int) -> None:
         self.recorder.on_save(f"{self.recorder.ctx.output_dir}/checkpoint-{checkpoint}", self.report(checkpoint))

@@ -1,5 +1,5 @@
-"""Two processes (torchrun, gloo, CPU): every rank sees the same gathered batch, metrics equal a one-process
-replay of the same batches, no hang, files written once."""
+"""Two processes (torchrun, gloo, CPU): each rank scans only its own rows and every rank holds the same gathered
+numbers; the verdicts and metrics equal a one-process replay of the same rows; no hang; files written once."""
 
 from __future__ import annotations
 
@@ -68,8 +68,24 @@ def _batches(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+# Per-row numbers every rank must hold alike; text and ids are only the held rows'.
+NUMBERS = ("rewards", "advantages", "tasks", "raw_tasks", "completion_lengths", "truncated", "thinking",
+           "prompt_opened", "features", "step", "num_generations", "reward_names")  # fmt: skip
+TEXT = ("completions", "completion_ids", "prompt_ids")
+
+
+def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One full batch from each rank's record: the numbers (equal on every rank) and each rank's held rows."""
+    merged = {k: v for k, v in parts[0].items() if k not in ("held", "features")}
+    for part in parts:
+        start, stop = part["held"]
+        for name in TEXT:
+            merged[name][start:stop] = part[name][start:stop]
+    return merged
+
+
 def _replay(batches: list[dict[str, Any]]) -> list[dict[str, float]]:
-    """Run the replayable guards over the batches in one process; per-batch mean of each metric."""
+    """Run the replayable guards over the merged batches in one process; per-batch mean of each metric."""
     config = GuardsConfig.from_dict(GUARDS_CONFIG)
     guards = [cls(config) for cls in BATCH_GUARDS if cls.name in REPLAYABLE]
     session = GuardSession()
@@ -77,7 +93,7 @@ def _replay(batches: list[dict[str, Any]]) -> list[dict[str, float]]:
         guard.setup(RunContext())
     out = []
     for data in batches:
-        batch = RolloutBatch(**data)
+        batch = RolloutBatch(**data)  # every row held: guards scan the rows themselves, as one process would
         for guard in guards:
             run_hook(guard, "on_batch", session, batch.step, batch)
         out.append({k: sum(v) / len(v) for k, v in session.pop_metrics().items()})
@@ -93,8 +109,13 @@ def test_two_processes_agree_with_one_process_replay(tiny: Any, tmp_path: Path) 
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     rank0, rank1 = _batches(out / "batches_rank0.jsonl"), _batches(out / "batches_rank1.jsonl")
-    assert len(rank0) == 3 and rank0 == rank1, "ranks saw different gathered batches"
-    first = rank0[0]
+    assert len(rank0) == len(rank1) == 3
+    for a, b in zip(rank0, rank1, strict=True):
+        assert {k: a[k] for k in NUMBERS} == {k: b[k] for k in NUMBERS}, "ranks hold different numbers"
+        assert a["held"] == [0, 6] and b["held"] == [6, 12]  # each rank scanned only its own rows
+        assert all(c is None for c in a["completions"][6:]) and all(c is None for c in b["completions"][:6])
+    merged = [_merge([a, b]) for a, b in zip(rank0, rank1, strict=True)]
+    first = merged[0]
     # 2 ranks x 6 rows = 12 rows = 3 groups of 4: group 1 is split across the ranks, and still whole here.
     assert len(first["completions"]) == 12 and first["num_generations"] == 4
     for g in range(3):
@@ -105,7 +126,7 @@ def test_two_processes_agree_with_one_process_replay(tiny: Any, tmp_path: Path) 
     history = json.loads((out / "log_history.json").read_text())
     logged = [row for row in history if "loss" in row]
     assert len(logged) == 3
-    replayed = _replay(rank0)
+    replayed = _replay(merged)
     compared = 0
     for row, expected in zip(logged, replayed, strict=True):
         for key, value in expected.items():
@@ -143,8 +164,10 @@ def test_a_stop_on_the_main_process_alone_stops_every_rank(tiny: Any, tmp_path: 
     config = {**GUARDS_CONFIG, "rollouts": {"every_steps": 1, "mode": "raise", "output_dir": str(blocked)}}
     proc = _launch(out, nproc=2, per_device_batch=6, cache=os.environ["RL_GUARDS_CACHE"], guards_config=config)
     text = proc.stdout + proc.stderr
+    (tmp_path / "output.txt").write_text(text)
     assert proc.returncode != 0, text[-3000:]
-    assert "could not write the rollouts of step 0" in text  # rank 0's own finding
-    assert "a guard stopped the run on another rank at step 0" in text, text[-3000:]  # rank 1 stops with it
+    # Both ranks raise rank 0's own finding (rank 1 says it stopped with another rank), whichever fails first.
+    assert "[rank1]: rl_guards.errors.GuardError: [rl_guards/rollouts] could not write the rollouts of step 0" in text
+    assert "stopped on another rank; this rank stops with it" in text, text[-3000:]
     for rank in (0, 1):
         assert [b["step"] for b in _batches(out / f"batches_rank{rank}.jsonl")] == [0]  # nobody trained on

@@ -33,7 +33,8 @@ def test_unwritable_dump_folder_keeps_training(make_grpo_trainer: Any, tmp_path:
         for e in trainer.state.log_history
         if "rl_guards/rollouts/write_errors" in e
     ]
-    assert len(logged) == MAX_STEPS and all(v > 0 for v in logged)
+    # Failed writes so far; the writer reports in the background, the last step's by the final log at the latest.
+    assert logged == sorted(logged) and logged[-1] == MAX_STEPS
     dump_warnings = [w for w in caught if issubclass(w.category, RLGuardsWarning) and "rollouts" in str(w.message)]
     assert len(dump_warnings) == 1, [str(w.message) for w in dump_warnings]  # warned once, then only counted
     message = str(dump_warnings[0].message)

@@ -12,10 +12,12 @@ from _rollouts_data import GROUPS, Harness, make_batch
 
 from rl_guards.errors import GuardError
 from rl_guards.guards.base import RLGuardsWarning
+from rl_guards.rollouts.reader import RolloutStore
 from rl_guards.rollouts.recorder import (
     INDEX_FILE,
     SCHEMA_VERSION,
     SUPERSEDED_DIR,
+    TOKENIZER_FILE,
     read_dump_metadata,
     step_file_name,
 )
@@ -30,7 +32,8 @@ def _index(folder: Path) -> list[dict]:
 
 
 def _files(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if p.is_file())
+    """The dump files and the index (the run's tokenizer.json, saved once for the readers, left out)."""
+    return sorted(p.name for p in folder.iterdir() if p.is_file() and p.name != TOKENIZER_FILE)
 
 
 def test_one_row_per_completion_with_every_column(tmp_path: Path) -> None:
@@ -38,7 +41,10 @@ def test_one_row_per_completion_with_every_column(tmp_path: Path) -> None:
     h.begin(0)
     h.batch(make_batch(0))
     table = pq.read_table(_folder(tmp_path) / "step_000000.parquet")
-    rows = table.to_pylist()
+    # Schema 2 stores ids, not decoded text: no "prompt" / "completion" columns on disk; readers decode the ids
+    # with the run's tokenizer, saved once next to the dumps.
+    assert {"prompt", "completion"}.isdisjoint(table.column_names) and (_folder(tmp_path) / TOKENIZER_FILE).is_file()
+    rows = RolloutStore(tmp_path).load(0)
     n = sum(len(c) for _, _, c in GROUPS)
     assert len(rows) == n and h.metric("dumped_rows") == [float(n)]
     assert {r["schema_version"] for r in rows} == {SCHEMA_VERSION}
@@ -54,7 +60,7 @@ def test_one_row_per_completion_with_every_column(tmp_path: Path) -> None:
     assert first["reward"] == 1.0 and first["advantage"] == 0.5
     assert first["think_kind"] == "thinking" and first["think_anomalies"] == []
     assert first["prompt_tokens"] == 18 and first["completion_tokens"] == len(first["completion_ids"])
-    assert json.loads(first["columns"]) == {"answer": "0"}
+    assert first["columns"] == {"answer": "0"}  # parsed by the reader
     # A truncated completion: no EOS in the text, flagged, its open think block reported.
     assert cut["truncated"] is True and not cut["completion"].endswith("<|im_end|>")
     assert cut["think_kind"] == "anomalous" and cut["think_anomalies"] == ["unclosed_open"]
@@ -143,7 +149,7 @@ def test_unwritable_folder_warns_once_counts_and_goes_on(tmp_path: Path) -> None
         h.batch(make_batch(0))
         h.batch(make_batch(1))
     assert len([w for w in caught if issubclass(w.category, RLGuardsWarning)]) == 1  # warned once
-    assert h.metric("write_errors") == [1.0, 1.0]
+    assert h.metric("write_errors") == [1.0, 2.0]  # failed writes so far
     assert h.session.counts[("rollouts", "write_failed")] == 2
     assert "rollouts.output_dir" in h.session.findings[0].message
     assert h.metric("dumped_rows") == []

@@ -322,7 +322,7 @@ def test_group_size_advice_in_end_of_run_findings() -> None:
 
 
 # ----- slicing -----------------------------------------------------------------------------------------------
-def test_watched_judge_input_cut_is_caught_and_multi_process_only_reported() -> None:
+def test_watched_judge_input_cut_is_caught_and_raises_with_several_processes_too() -> None:
     drain_watched()
     judge = watch_inputs(lambda text: 1.0, name="judge")
     completions = [f"<think>\nstep {i} of a long derivation " + "with details " * 20 for i in range(2)]
@@ -336,8 +336,10 @@ def test_watched_judge_input_cut_is_caught_and_multi_process_only_reported() -> 
     assert session.metrics["rl_guards/slicing/cut_inputs"] == [2.0]
     for c in completions:
         judge("Rate this answer:\n" + c[:128])
-    _, session = run(SlicingGuard, [batch], ctx=RunContext(world_size=2), mode="raise")  # no raise
-    assert {f.severity for f in session.findings if f.kind == "judge_input_cut"} == {"info"}
+    # Each rank's count is gathered, so every rank takes the same decision: raise mode stops all of them together
+    # (0.1 only reported it with several processes, since one rank's watched inputs were not known to the others).
+    with pytest.raises(TruncationError, match="kept 128 of"):
+        run(SlicingGuard, [batch], ctx=RunContext(world_size=2), mode="raise")
 
 
 def test_whole_judge_inputs_and_varied_lengths_are_silent() -> None:

@@ -1,8 +1,15 @@
-"""The rollout batch every guard sees: plain Python lists, gathered across ranks.
+"""The rollout batch every guard sees: per-row numbers for every row, text for the rows this process holds.
 
 Rows are in TRL's global order (rank 0's rows, then rank 1's, ...), so rows ``g*G .. g*G+G-1`` form group
-``g`` with ``G = num_generations``, even when a group is split across ranks. Every rank holds the same
-batch, so every rank reaches the same decision.
+``g`` with ``G = num_generations``, even when a group is split across ranks. The numbers (rewards, advantages,
+task labels, lengths, truncation, thinking mode, and the per-row ``features`` guards computed on their own rows)
+are the same on every rank, so every rank reaches the same decision. Text and token ids (``completions``,
+``completion_ids``, ``prompt_ids``, ``prompts``, ``columns``) are filled only for ``local_rows`` (the rows this
+process generated); other rows hold ``None`` / ``[]`` until a message or a dump needs them and the adapter moves
+them across ranks. A batch built by hand (tests, replays) holds every row (``local_rows=None``).
+
+The numeric views (:attr:`reward_matrix`, :attr:`task_index`, ...) are numpy arrays computed once per batch, so
+that the statistics over the gathered batch stay cheap when it has thousands of rows.
 """
 
 from __future__ import annotations
@@ -10,7 +17,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
+
+import numpy as np
 
 
 @dataclass
@@ -25,9 +35,9 @@ class RolloutBatch:
     rewards: list[list[float | None]]  # [row][func]; None where the function returned None (not its row)
     advantages: list[float]  # one per row, as the trainer computed them
     tasks: list[str]  # one per row: the task's metric label (its name, or OTHER_TASKS beyond tasks.max_tasks)
-    completions: list[str]  # the completion text the reward functions saw
-    completion_ids: list[list[int]]  # generated ids, unpadded, cut after the first EOS (EOS kept)
-    prompt_ids: list[list[int]]  # rendered prompt ids, unpadded
+    completions: list[Any]  # the completion text the reward functions saw (None for rows held by other ranks)
+    completion_ids: list[list[int]]  # generated ids, unpadded, cut after the first EOS (EOS kept); [] if not held
+    prompt_ids: list[list[int]]  # rendered prompt ids, unpadded ([] if not held)
     truncated: list[bool]  # completion did not end with EOS (hit max_completion_length)
     thinking: list[bool | None]  # per-row thinking mode, None when unknown
     max_completion_length: int = 0
@@ -40,10 +50,19 @@ class RolloutBatch:
     # Decoders supplied by the adapter; None in pure unit tests.
     decode: Any = None  # callable(list[int]) -> str with special tokens kept
     epoch: float = 0.0
+    # per row: completion tokens (EOS included); empty = the lengths of ``completion_ids``
+    completion_lengths: list[int] = field(default_factory=list)
+    # per-row numbers guards computed on the rows each process holds (``Guard.scan``), named ``<guard>/<name>``
+    features: dict[str, list[float]] = field(default_factory=dict)
+    local_rows: range | None = None  # rows whose text this process holds; None = every row
+    # guard-rendered views of single rows, for messages: (guard name, row) -> text (e.g. a mask rendering)
+    evidence: dict[tuple[str, int], str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         n = len(self.completions)
-        for name in ("rewards", "advantages", "tasks", "completion_ids", "truncated", "thinking"):
+        if not self.completion_lengths:
+            self.completion_lengths = [len(ids) for ids in self.completion_ids]
+        for name in ("rewards", "advantages", "tasks", "completion_ids", "truncated", "thinking", "completion_lengths"):
             got = len(getattr(self, name))
             if got != n:
                 raise ValueError(f"RolloutBatch.{name} has {got} rows, completions has {n}")
@@ -52,6 +71,16 @@ class RolloutBatch:
 
     def __len__(self) -> int:
         return len(self.completions)
+
+    # ----- rows -------------------------------------------------------------------------------------------
+    @property
+    def held_rows(self) -> range:
+        """The rows whose text this process holds."""
+        return self.local_rows if self.local_rows is not None else range(len(self))
+
+    def holds(self, row: int) -> bool:
+        """True when this process holds the row's text and ids."""
+        return self.local_rows is None or row in self.local_rows or self.completions[row] is not None
 
     @property
     def num_groups(self) -> int:
@@ -84,6 +113,43 @@ class RolloutBatch:
     def rows_of_task(self, task: str) -> list[int]:
         """Row indices of one task."""
         return [i for i, t in enumerate(self.tasks) if t == task]
+
+    # ----- numeric views (computed once) ------------------------------------------------------------------
+    @cached_property
+    def task_index(self) -> tuple[list[str], np.ndarray]:
+        """Sorted task names, and per row the index of its task in that list."""
+        names = self.task_names()
+        position = {t: i for i, t in enumerate(names)}
+        return names, np.fromiter((position[t] for t in self.tasks), dtype=np.int64, count=len(self))
+
+    @cached_property
+    def reward_matrix(self) -> np.ndarray:
+        """``[rows, functions]`` float64, NaN where a function returned None."""
+        n, f = len(self), len(self.reward_names)
+        if not n:
+            return np.zeros((0, f))
+        return np.array(self.rewards, dtype=np.float64).reshape(n, -1)  # None -> NaN
+
+    @cached_property
+    def scored(self) -> np.ndarray:
+        """``[rows, functions]`` bool: the function returned a value for the row."""
+        return ~np.isnan(self.reward_matrix)
+
+    @cached_property
+    def weighted_totals(self) -> np.ndarray:
+        """Per row, the weighted sum of the values returned (None counted 0), as TRL sums them."""
+        weights = np.asarray(self.reward_weights, dtype=np.float64)[: self.reward_matrix.shape[1]]
+        return np.nan_to_num(self.reward_matrix, nan=0.0) @ weights
+
+    @cached_property
+    def lengths(self) -> np.ndarray:
+        """Completion tokens per row (int64)."""
+        return np.asarray(self.completion_lengths, dtype=np.int64)
+
+    def feature(self, name: str) -> np.ndarray | None:
+        """A per-row feature as an array (None when absent)."""
+        values = self.features.get(name)
+        return None if values is None else np.asarray(values, dtype=np.float64)
 
 
 def nan_to_none(values: Sequence[float]) -> list[float | None]:

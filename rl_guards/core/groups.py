@@ -10,7 +10,10 @@ of its rows that pass, which for a 0/1 reward is the usual pass rate.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from rl_guards.core.batch import RolloutBatch
 
@@ -20,17 +23,23 @@ ADVANTAGE_ATOL = 1e-8  # |advantage| below this contributes no gradient
 
 def trl_totals(batch: RolloutBatch) -> list[float]:
     """Per row: weighted sum of the rewards, None counted as 0 (what TRL normalises into advantages)."""
-    return [batch.total_reward(row) or 0.0 for row in range(len(batch))]
+    return batch.weighted_totals.tolist()
 
 
-def update_ranges(ranges: dict[str, list[float]], batch: RolloutBatch, totals: list[float]) -> None:
+def update_ranges(ranges: dict[str, list[float]], batch: RolloutBatch, totals: Sequence[float]) -> None:
     """Widen each task's observed ``[low, high]`` range of totals with this batch (in place)."""
-    for task, total in zip(batch.tasks, totals, strict=True):
+    names, index = batch.task_index
+    values = np.asarray(totals, dtype=np.float64)
+    for t, task in enumerate(names):
+        mine = values[index == t]
+        if not mine.size:
+            continue
+        low, high = float(mine.min()), float(mine.max())
         lo_hi = ranges.get(task)
         if lo_hi is None:
-            ranges[task] = [total, total]
+            ranges[task] = [low, high]
         else:
-            lo_hi[0], lo_hi[1] = min(lo_hi[0], total), max(lo_hi[1], total)
+            lo_hi[0], lo_hi[1] = min(lo_hi[0], low), max(lo_hi[1], high)
 
 
 def outcome(value: float, low: float, high: float) -> str:
@@ -78,26 +87,56 @@ class TaskGroups:
         return self.pass_rows / self.rows if self.rows else None
 
 
-def group_outcomes(batch: RolloutBatch, ranges: dict[str, list[float]], totals: list[float]) -> dict[str, TaskGroups]:
+def _passes(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """:func:`outcome` ``== "pass"`` element-wise."""
+    flat = high - low <= REWARD_ATOL
+    return np.where(flat, values > REWARD_ATOL, np.abs(values - high) <= REWARD_ATOL)
+
+
+def _fails(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """:func:`outcome` ``== "fail"`` element-wise."""
+    flat = high - low <= REWARD_ATOL
+    return np.where(
+        flat, values <= REWARD_ATOL, (np.abs(values - high) > REWARD_ATOL) & (np.abs(values - low) <= REWARD_ATOL)
+    )
+
+
+def group_outcomes(
+    batch: RolloutBatch, ranges: dict[str, list[float]], totals: Sequence[float]
+) -> dict[str, TaskGroups]:
     """Per task: dead / live groups, pass rows and zero-advantage tokens, given the observed ``ranges``."""
-    out = {task: TaskGroups(task) for task in batch.task_names()}
-    for row, task in enumerate(batch.tasks):
-        stats = out[task]
-        low, high = ranges[task]
-        stats.rows += 1
-        stats.pass_rows += outcome(totals[row], low, high) == "pass"
-        n_tokens = len(batch.completion_ids[row])
-        stats.tokens += n_tokens
-        if abs(batch.advantages[row]) <= ADVANTAGE_ATOL:
-            stats.zero_adv_tokens += n_tokens
-    for group in batch.groups():
-        task = batch.tasks[group.start]
-        stats = out[task]
-        stats.groups += 1
-        values = [totals[r] for r in group]
-        if max(values) - min(values) <= REWARD_ATOL:
-            stats.dead += 1
-            kind = outcome(values[0], *ranges[task])
-            stats.dead_all_pass += kind == "pass"
-            stats.dead_all_fail += kind == "fail"
+    names, index = batch.task_index
+    values = np.asarray(totals, dtype=np.float64)
+    bounds = np.array([ranges[t] for t in names], dtype=np.float64).reshape(len(names), 2)
+    low, high = bounds[index, 0], bounds[index, 1]
+    lengths = batch.lengths
+    zero_adv = np.abs(np.asarray(batch.advantages, dtype=np.float64)) <= ADVANTAGE_ATOL
+    k = len(names)
+    rows = np.bincount(index, minlength=k)
+    pass_rows = np.bincount(index, weights=_passes(values, low, high), minlength=k)
+    tokens = np.bincount(index, weights=lengths, minlength=k)
+    zero_tokens = np.bincount(index, weights=lengths * zero_adv, minlength=k)
+    g, n_groups = batch.num_generations, batch.num_groups
+    grouped = values[: n_groups * g].reshape(n_groups, g)
+    group_task = index[: n_groups * g : g]
+    dead = grouped.max(axis=1) - grouped.min(axis=1) <= REWARD_ATOL if n_groups else np.zeros(0, dtype=bool)
+    first = grouped[:, 0] if n_groups else np.zeros(0)
+    glow, ghigh = bounds[group_task, 0], bounds[group_task, 1]
+    groups = np.bincount(group_task, minlength=k)
+    dead_n = np.bincount(group_task, weights=dead, minlength=k)
+    dead_pass = np.bincount(group_task, weights=dead & _passes(first, glow, ghigh), minlength=k)
+    dead_fail = np.bincount(group_task, weights=dead & _fails(first, glow, ghigh), minlength=k)
+    out = {}
+    for t, task in enumerate(names):
+        out[task] = TaskGroups(
+            task,
+            groups=int(groups[t]),
+            dead=int(dead_n[t]),
+            dead_all_pass=int(dead_pass[t]),
+            dead_all_fail=int(dead_fail[t]),
+            rows=int(rows[t]),
+            pass_rows=int(pass_rows[t]),
+            tokens=int(tokens[t]),
+            zero_adv_tokens=int(zero_tokens[t]),
+        )
     return out

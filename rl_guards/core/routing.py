@@ -8,11 +8,12 @@ that function's statistics and counts it 0 in the total, so a missed or misroute
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from rl_guards.core.batch import RolloutBatch
 
@@ -79,39 +80,49 @@ class RoutingReport:
         return not (self.unscored or self.misrouted or self.all_skipped or self.unrouted)
 
 
-def _scored(value: float | None) -> bool:
-    return value is not None and not math.isnan(value)
+def _count(report_counter: Counter[Any], key_of: Any, names: list[str], index: np.ndarray, mask: np.ndarray) -> None:
+    for t, n in enumerate(np.bincount(index[mask], minlength=len(names))):
+        if n:
+            report_counter[key_of(names[t])] += int(n)
+
+
+def _first_rows(report: RoutingReport, kind: str, names: list[str], index: np.ndarray, mask: np.ndarray) -> None:
+    for row in np.flatnonzero(mask):  # only rows with a hole: cheap on a clean batch
+        report.examples.setdefault((kind, names[index[row]]), int(row))
 
 
 def check_routing(batch: RolloutBatch, table: RoutingTable | None) -> RoutingReport:
     """Count unscored, misrouted, all-skipped and unrouted rows. With no table only all-skipped rows count."""
     report = RoutingReport()
-    names = batch.reward_names
-    routed = table is not None and not table.empty
-    for row, task in enumerate(batch.tasks):
-        report.rows_per_task[task] += 1
-        values = batch.rewards[row]
-        missing = misrouted = False
-        if not any(_scored(v) for v in values):
-            report.all_skipped[task] += 1
-            report.examples.setdefault(("all_skipped", task), row)
-            missing = True
-        if routed:
-            assert table is not None
-            if task not in table.declared_tasks:
-                report.unrouted[task] += 1
-                report.examples.setdefault(("unrouted", task), row)
-            for i, tasks in table.serves.items():
-                if i >= len(values):
-                    continue
-                if task in tasks and not _scored(values[i]):
-                    report.unscored[(task, names[i])] += 1
-                    report.examples.setdefault(("unscored", task), row)
-                    missing = True
-                elif task not in tasks and _scored(values[i]):
-                    report.misrouted[(task, names[i])] += 1
-                    report.examples.setdefault(("misrouted", task), row)
-                    misrouted = True
-        report.unscored_rows += missing
-        report.misrouted_rows += misrouted
+    names, index = batch.task_index
+    reward_names = batch.reward_names
+    scored = batch.scored
+    n = len(batch)
+    for t, rows in enumerate(np.bincount(index, minlength=len(names))):
+        report.rows_per_task[names[t]] += int(rows)
+    all_skipped = ~scored.any(axis=1) if scored.shape[1] else np.ones(n, dtype=bool)
+    _count(report.all_skipped, lambda task: task, names, index, all_skipped)
+    _first_rows(report, "all_skipped", names, index, all_skipped)
+    holes = np.zeros(n, dtype=bool)  # rows a routed function skipped
+    misrouted = np.zeros(n, dtype=bool)
+    if table is not None and not table.empty:
+        declared = np.array([task in table.declared_tasks for task in names], dtype=bool)
+        unrouted = ~declared[index] if n else np.zeros(0, dtype=bool)
+        _count(report.unrouted, lambda task: task, names, index, unrouted)
+        _first_rows(report, "unrouted", names, index, unrouted)
+        for i, tasks in sorted(table.serves.items()):
+            if i >= scored.shape[1]:
+                continue
+            serves = np.array([task in tasks for task in names], dtype=bool)[index] if n else np.zeros(0, dtype=bool)
+            hole = serves & ~scored[:, i]
+            wrong = ~serves & scored[:, i]
+            name = reward_names[i]
+            _count(report.unscored, lambda task, name=name: (task, name), names, index, hole)
+            _count(report.misrouted, lambda task, name=name: (task, name), names, index, wrong)
+            holes |= hole
+            misrouted |= wrong
+        _first_rows(report, "unscored", names, index, holes)
+        _first_rows(report, "misrouted", names, index, misrouted)
+    report.unscored_rows = int((all_skipped | holes).sum())
+    report.misrouted_rows = int(misrouted.sum())
     return report

@@ -9,10 +9,19 @@ run keeps the same curves.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rl_guards.core.metric_keys import OTHER_TASKS, decode_task, encode_task
+
+TASK_HASH_BITS = 52  # exact in a float64, so a task travels between ranks inside the per-row feature tensor
+
+
+def task_hash(name: str) -> int:
+    """A stable 52-bit id of a task name (the same on every rank and every run)."""
+    digest = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> (64 - TASK_HASH_BITS)
 
 
 def task_name(value: Any, default: str) -> str:

@@ -6,6 +6,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from rl_guards.core.batch import RolloutBatch
 
 BINARY_VALUES = (0.0, 1.0)
@@ -40,24 +42,29 @@ def is_binary(values: Iterable[float]) -> bool:
 
 
 def task_stats(batch: RolloutBatch) -> dict[str, TaskStats]:
-    """Statistics per task, keyed and ordered by task name."""
-    out: dict[str, TaskStats] = {task: TaskStats(task) for task in batch.task_names()}
-    totals: dict[str, list[float]] = {task: [] for task in out}
-    lengths: dict[str, int] = dict.fromkeys(out, 0)
-    for row, task in enumerate(batch.tasks):
-        stats = out[task]
-        stats.rows += 1
-        lengths[task] += len(batch.completion_ids[row])
-        total = batch.total_reward(row)
-        if total is not None:
-            stats.scored_rows += 1
-            totals[task].append(total)
-        for name, value in zip(batch.reward_names, batch.rewards[row], strict=False):
-            if value is not None and not math.isnan(value):
-                stats.func_values.setdefault(name, []).append(float(value))
-    for group in batch.groups():
-        out[batch.tasks[group.start]].groups += 1
-    for task, stats in out.items():
-        stats.reward_mean, stats.reward_std = mean_std(totals[task])
-        stats.completion_length_mean = lengths[task] / stats.rows if stats.rows else 0.0
+    """Statistics per task, keyed and ordered by task name (vectorised over the batch's rows)."""
+    names, index = batch.task_index
+    matrix, scored = batch.reward_matrix, batch.scored
+    weights = np.asarray(batch.reward_weights, dtype=np.float64)[: matrix.shape[1]]
+    any_scored = scored.any(axis=1)
+    totals = np.nan_to_num(matrix, nan=0.0) @ weights  # a skipped function adds nothing (TRL's nansum)
+    rows = np.bincount(index, minlength=len(names))
+    length_sums = np.bincount(index, weights=batch.lengths, minlength=len(names))
+    group_starts = index[: batch.num_groups * batch.num_generations : batch.num_generations]
+    groups = np.bincount(group_starts, minlength=len(names))
+    out: dict[str, TaskStats] = {}
+    for t, task in enumerate(names):
+        mine = index == t
+        stats = TaskStats(task, rows=int(rows[t]), groups=int(groups[t]))
+        task_totals = totals[mine & any_scored]
+        stats.scored_rows = int(task_totals.size)
+        if task_totals.size:
+            stats.reward_mean = float(task_totals.mean())
+            stats.reward_std = float(task_totals.std())
+        for f, name in enumerate(batch.reward_names[: matrix.shape[1]]):
+            values = matrix[mine & scored[:, f], f]
+            if values.size:
+                stats.func_values.setdefault(name, []).extend(values.tolist())
+        stats.completion_length_mean = float(length_sums[t] / rows[t]) if rows[t] else 0.0
+        out[task] = stats
     return out

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from rl_guards.core.batch import RolloutBatch
 
 
@@ -23,12 +25,14 @@ class TaskTruncation:
 
 def truncation_by_task(batch: RolloutBatch, max_examples: int = 2) -> dict[str, TaskTruncation]:
     """Per task: rows, truncated rows (no EOS: the completion hit the length cap), example rows."""
-    out = {task: TaskTruncation(task) for task in batch.task_names()}
-    for row, (task, cut) in enumerate(zip(batch.tasks, batch.truncated, strict=True)):
-        stats = out[task]
-        stats.rows += 1
-        if cut:
-            stats.truncated += 1
-            if len(stats.examples) < max_examples:
-                stats.examples.append(row)
+    names, index = batch.task_index
+    cut = np.asarray(batch.truncated, dtype=bool)
+    rows = np.bincount(index, minlength=len(names))
+    truncated = np.bincount(index[cut], minlength=len(names))
+    out = {}
+    for t, task in enumerate(names):
+        stats = TaskTruncation(task, rows=int(rows[t]), truncated=int(truncated[t]))
+        if truncated[t]:
+            stats.examples = np.flatnonzero(cut & (index == t))[:max_examples].tolist()
+        out[task] = stats
     return out

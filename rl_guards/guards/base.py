@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
@@ -43,6 +44,16 @@ class Finding:
         return asdict(self)
 
 
+@dataclass
+class _Pending:
+    """A finding whose message is rendered later (see :meth:`GuardSession.settle`)."""
+
+    finding: Finding
+    render: Callable[[], str]
+    rows: tuple[int, ...]  # rows whose text the message shows
+    shown: bool  # warned (the first of its kind)
+
+
 class GuardSession:
     """Collects metrics and findings of all guards for a run; applies modes; warns once per kind.
 
@@ -60,9 +71,14 @@ class GuardSession:
         self.counts: Counter[tuple[str, str]] = Counter()  # (guard, kind) -> occurrences
         self.first_step: dict[tuple[str, str], int | None] = {}
         self.phase = "run"  # "begin" while the start-of-training checks run
+        # False: a raise-mode violation raises at once. True (the TRL adapter): stops and lazy messages wait for
+        # settle(), so every guard of the batch runs and the text of remote rows can be fetched first.
+        self.defer = False
         self.begin_keys: set[tuple[str, str]] = set()  # kinds recorded by start-of-training checks
         self._restored_begin_keys: set[tuple[str, str]] = set()
         self._warned: set[tuple[str, str]] = set()
+        self._pending: list[_Pending] = []  # findings whose message is rendered at settle()
+        self._stops: list[tuple[type[GuardError], Finding]] = []  # raise-mode findings since the last settle()
 
     def reporter(self, guard: str, config: GuardConfig, step: int | None) -> Reporter:
         return Reporter(self, guard, config, step)
@@ -75,23 +91,72 @@ class GuardSession:
         out, self.metrics = self.metrics, {}
         return out
 
-    def record(self, finding: Finding, *, warn: bool) -> None:
+    def record(
+        self,
+        finding: Finding,
+        *,
+        warn: bool,
+        render: Callable[[], str] | None = None,
+        rows: Sequence[int] = (),
+        error: type[GuardError] | None = None,
+    ) -> None:
+        """Count a finding and show it: warned once per kind (``warn``), else logged at info level.
+
+        ``render`` builds the message later, at :meth:`settle` (after the adapter moved the text of ``rows`` to
+        this process); ``error`` (raise mode) makes :meth:`settle` return the error that stops the run.
+        """
         key = (finding.guard, finding.kind)
         repeated_start_check = self.phase == "begin" and key in self._restored_begin_keys
         if self.phase == "begin":
             self.begin_keys.add(key)
+        kept = False
         if not repeated_start_check:
             self.counts[key] += 1
             self.first_step.setdefault(key, finding.step)
             # Keep every error, and the first few findings of each kind, so memory stays bounded.
             if finding.severity == "error" or self.counts[key] <= self.MAX_FINDINGS_PER_KIND:
                 self.findings.append(finding)
-        if warn and key not in self._warned:
+                kept = True
+        shown = warn and key not in self._warned
+        if shown:
             self._warned.add(key)
-            warnings.warn(f"[rl_guards/{finding.guard}] {finding.message}", RLGuardsWarning, stacklevel=3)
+        if error is not None:
+            self._stops.append((error, finding))
+        if render is not None and (kept or shown or error is not None):
+            self._pending.append(_Pending(finding, render, tuple(int(r) for r in rows), shown))
+        elif render is None:
+            self._show(finding, shown=shown, warn=warn)
+
+    def _show(self, finding: Finding, *, shown: bool, warn: bool) -> None:
+        if shown:
+            warnings.warn(f"[rl_guards/{finding.guard}] {finding.message}", RLGuardsWarning, stacklevel=4)
             logger.warning("[rl_guards/%s] %s", finding.guard, finding.message)
         elif not warn:
             logger.info("[rl_guards/%s] %s", finding.guard, finding.message)
+
+    @property
+    def stopping(self) -> Finding | None:
+        """The first raise-mode finding not yet settled (the one that stops the run), or None."""
+        return self._stops[0][1] if self._stops else None
+
+    def pending_rows(self) -> set[int]:
+        """Rows whose text the messages still to render need."""
+        return {row for pending in self._pending for row in pending.rows}
+
+    def settle(self) -> GuardError | None:
+        """Render deferred messages, show them, and return the error of the first raise-mode finding (or None)."""
+        pending, self._pending = self._pending, []
+        for item in pending:
+            try:
+                item.finding.message = item.render()
+            except Exception as exc:  # a message must never hide the finding it reports
+                item.finding.message = f"{item.finding.kind} (its message failed: {type(exc).__name__}: {exc})"
+            self._show(item.finding, shown=item.shown, warn=item.shown or item.finding.severity == "warning")
+        stops, self._stops = self._stops, []
+        if not stops:
+            return None
+        error, finding = stops[0]
+        return error(f"[rl_guards/{finding.guard}] {finding.message}", guard=finding.guard, step=finding.step)
 
     def summary_rows(self) -> list[dict[str, Any]]:
         """One row per (guard, kind): count and first step (None when unknown)."""
@@ -159,14 +224,30 @@ class Reporter:
         """Record an observation that never stops the run."""
         self.session.record(Finding(self.guard, kind, "info", message, self.step), warn=False)
 
-    def violation(self, kind: str, message: str, error: type[GuardError] = GuardError) -> None:
-        """Something is wrong: raise, warn once, or only count, per the guard's mode."""
+    def violation(
+        self,
+        kind: str,
+        message: str | Callable[[], str],
+        error: type[GuardError] = GuardError,
+        rows: Sequence[int] = (),
+    ) -> None:
+        """Something is wrong: stop the run, warn once, or only count, per the guard's mode.
+
+        ``message`` may be a callable rendered after the hook returns, once the text of ``rows`` (global row
+        indices) is on this process; in raise mode the run stops when the hook settles (every guard of the batch
+        has run, so its metrics and other findings are complete).
+        """
         mode = self.config.mode
         severity = "error" if mode == "raise" else ("warning" if mode == "warn" else "info")
-        self.session.record(Finding(self.guard, kind, severity, message, self.step), warn=mode == "warn")
+        defer = self.session.defer
+        render = message if callable(message) and defer else None
+        text = "" if render else (message() if callable(message) else str(message))
+        finding = Finding(self.guard, kind, severity, text, self.step)
+        stop = error if mode == "raise" and defer else None
+        self.session.record(finding, warn=mode == "warn", render=render, rows=rows, error=stop)
         self.session.add_metric(metric_key(self.guard, "violations"), 1.0)
-        if mode == "raise":
-            raise error(f"[rl_guards/{self.guard}] {message}", guard=self.guard, step=self.step)
+        if mode == "raise" and not defer:
+            raise error(f"[rl_guards/{self.guard}] {text}", guard=self.guard, step=self.step)
 
 
 @dataclass
@@ -205,17 +286,29 @@ class Guard:
 
     Hooks, in training-loop order::
 
-        setup(ctx)                       # once, at install
-        on_train_begin(report)           # before step 0 (preflight-type checks)
-        on_batch(batch, report)          # every generation batch (train and eval), all ranks, same data
+        setup(ctx)                           # once, at install
+        on_train_begin(report)               # before step 0 (preflight-type checks)
+        for each generation batch, on every rank:
+            scan(batch) -> {feature: [value per held row]}   # per-row work on this rank's own rows only
+            # the adapter gathers the features (numbers only) so that every rank holds them for every row
+            on_batch(batch, report)          # decisions from numbers every rank holds: all ranks agree
+            after_batch(batch, report)       # the rows a message or a dump asked for are in place
+        on_step_end(final, report)           # after each optimizer step, before the trainer logs it
         before_save(checkpoint_dir, report)  # the trainer is about to write this checkpoint
-        on_save(checkpoint_dir, report)  # after each checkpoint save
-        on_stop(batch, report)           # a guard raised on this batch: last chance to save evidence
+        on_save(checkpoint_dir, report)      # after each checkpoint save
+        on_stop(batch, report)               # a guard stopped the run on this batch: save evidence (never raise)
         on_train_end(report)
+
+    Per-row features: a guard that looks at text or ids declares their names in ``FEATURES`` and computes them in
+    :meth:`scan` for ``batch.held_rows``; :meth:`features` returns them for every row (computing them itself
+    when the batch was built by hand with every row). A message that shows rows passes their global indices to
+    ``report.violation(..., rows=...)`` and renders lazily; :meth:`row_evidence` renders a row from what only the
+    rank holding it has (e.g. the loss-mask tensors).
     """
 
     name: ClassVar[str] = ""
     config_field: ClassVar[str] = ""
+    FEATURES: ClassVar[tuple[str, ...]] = ()  # per-row features scan() returns (gathered across ranks)
 
     def __init__(self, config: GuardsConfig) -> None:
         self.guards_config = config
@@ -233,8 +326,31 @@ class Guard:
     def on_train_begin(self, report: Reporter) -> None:
         """Checks before step 0."""
 
+    def scan(self, batch: RolloutBatch) -> dict[str, list[float]]:
+        """Per-row features (``FEATURES``) of ``batch.held_rows``, in that order."""
+        return {}
+
+    def features(self, batch: RolloutBatch) -> dict[str, list[float]]:
+        """This guard's features for every row: gathered by the adapter, or computed here for a hand-built batch."""
+        names = [f"{self.name}/{f}" for f in self.FEATURES]
+        if all(n in batch.features for n in names):
+            return {f: batch.features[n] for f, n in zip(self.FEATURES, names, strict=True)}
+        if batch.local_rows is not None:
+            raise ValueError(f"{self.name}: features {names} were not gathered for this batch")
+        return self.scan(batch)
+
+    def row_evidence(self, batch: RolloutBatch, row: int) -> str | None:
+        """A view of one held row only this rank can render (shipped to the others for messages); None: none."""
+        return None
+
     def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
-        """Inspect one gathered generation batch."""
+        """Inspect one generation batch: numbers for every row, text for the held rows."""
+
+    def after_batch(self, batch: RolloutBatch, report: Reporter) -> None:
+        """After :meth:`on_batch`, once the rows that messages and dumps asked for are in place."""
+
+    def on_step_end(self, final: bool, report: Reporter) -> None:
+        """After each optimizer step, before the trainer logs it; ``final``: the last step of the run."""
 
     def before_save(self, checkpoint_dir: str, report: Reporter) -> None:
         """Called right before the trainer writes ``checkpoint_dir`` (evidence that belongs to it goes first)."""
@@ -256,10 +372,12 @@ class Guard:
         """Restore what :meth:`state_dict` returned."""
 
 
-def run_hook(guard: Guard, hook: str, session: GuardSession, step: int | None, *args: Any) -> None:
+def run_hook(guard: Guard, hook: str, session: GuardSession, step: int | None, *args: Any, settle: bool = True) -> None:
     """Call ``guard.<hook>(*args, report)``; a guard's own bug is warned once and counted, never fatal.
 
-    GuardError (a violation in raise mode) propagates: that is the guard doing its job.
+    With ``settle`` (the default), deferred messages are rendered and a raise-mode violation raises its
+    GuardError here; the TRL adapter passes ``settle=False`` and settles once the batch's text is in place.
+    A GuardError a guard raises itself propagates: that is the guard doing its job.
     """
     report = session.reporter(guard.name, guard.config, step)
     try:
@@ -272,6 +390,10 @@ def run_hook(guard: Guard, hook: str, session: GuardSession, step: int | None, *
             warn=True,
         )
         session.add_metric(metric_key(guard.name, "internal_errors"), 1.0)
+    if settle:
+        stop = session.settle()
+        if stop is not None:
+            raise stop
 
 
 __all__ = [

@@ -87,10 +87,13 @@ class RoutingGuard(Guard):
                 "declared: only rows that every reward function skipped are checked. Declare routes with "
                 "routing.routes or rl_guards.rewards.routing.route() to check which function scores which task.",
             )
+        rows = sorted(set(result.examples.values()))
         if result.unscored or result.all_skipped:
-            report.violation("unscored_rows", self._unscored_message(batch, result), RoutingError)
+            report.violation("unscored_rows", lambda: self._unscored_message(batch, result), RoutingError, rows=rows)
         if result.misrouted:
-            report.violation("misrouted_score", self._misrouted_message(batch, result, table), RoutingError)
+            report.violation(
+                "misrouted_score", lambda: self._misrouted_message(batch, result, table), RoutingError, rows=rows
+            )
         if result.unrouted:
             report.violation("unrouted_task", self._unrouted_message(batch, result, table), RoutingError)
 
@@ -106,7 +109,7 @@ class RoutingGuard(Guard):
     @staticmethod
     def _example(batch: RolloutBatch, result: RoutingReport, kind: str, task: str) -> str:
         row = result.examples.get((kind, task))
-        if row is None:
+        if row is None or not isinstance(batch.completions[row], str):
             return ""
         tail = visible_tail(batch.completions[row], width=TAIL_CHARS)
         return f"\nExample: row {row} (task {task!r}), completion {tail}"

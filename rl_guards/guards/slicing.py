@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any, ClassVar
+
+import numpy as np
 
 from rl_guards.config import SlicingConfig
 from rl_guards.core.batch import RolloutBatch
@@ -41,8 +44,8 @@ class SlicingGuard(Guard):
       messages, string dataset columns, watched inputs) share one round length of ``slicing.min_length``
       characters or more and none is longer. Circumstantial evidence; the message says where and the length.
 
-    Watched inputs are per process: with several processes their findings are recorded (``info``), never raised,
-    so that all ranks keep taking the same decisions.
+    Each rank compares the texts of its own rows (a round length repeated within one rank's rows); the counts are
+    gathered, so every rank takes the same decision, and the message shows what the ranks that found it saw.
 
     ========================================  =============================================================
     key                                       value
@@ -56,9 +59,14 @@ class SlicingGuard(Guard):
     name: ClassVar[str] = "slicing"
     config_field: ClassVar[str] = "slicing"
 
+    FEATURES: ClassVar[tuple[str, ...]] = ("cut", "caps", "inputs")
+
     def __init__(self, config: Any) -> None:
         super().__init__(config)
         self.config: SlicingConfig
+        self._cuts: dict[int, CutText] = {}  # held row -> its cut (from the last scan)
+        self._caps: list[LengthCap] = []
+        self._cut_inputs: list[CutText] = []
 
     def _decoder(self) -> Any:
         if self.ctx.decode_text is not None:
@@ -68,82 +76,127 @@ class SlicingGuard(Guard):
             return lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
         return None
 
-    def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
+    def scan(self, batch: RolloutBatch) -> dict[str, list[float]]:
+        """Per held row: ``cut`` (its text is shorter than its decoded tokens); on the first held row, the number of
+        round-length ``caps`` and of cut watched ``inputs`` this rank found (texts of one place are compared within
+        the rank's own rows). The details stay here for the message (:meth:`row_evidence`)."""
         cfg = self.config
+        held = list(batch.held_rows)
         decode = self._decoder()
-        cut_completions: list[CutText] = []
+        self._cuts = {}
         if decode is not None:
-            rows = self._rows_to_decode(batch)
+            rows = self._rows_to_decode(batch, held)
             decoded = [decode(batch.completion_ids[i]) for i in rows]
-            cuts = find_cut_completions([batch.completions[i] for i in rows], decoded)
-            cut_completions = [dataclasses.replace(c, row=rows[c.row]) for c in cuts]
-
-        places: dict[str, list[str]] = {"completion": list(batch.completions)}
-        places.update(_prompt_texts(batch.prompts))
+            for cut in find_cut_completions([batch.completions[i] for i in rows], decoded):
+                self._cuts[rows[cut.row]] = dataclasses.replace(cut, row=rows[cut.row])
+        completions = [batch.completions[i] for i in held]
+        places: dict[str, list[str]] = {"completion": completions}
+        places.update(_prompt_texts([batch.prompts[i] for i in held if i < len(batch.prompts)]))
         for column, values in sorted(batch.columns.items()):
-            strings = [v for v in values if isinstance(v, str)]
+            strings = [values[i] for i in held if i < len(values) and isinstance(values[i], str)]
             if strings:
                 places[f"column {column!r}"] = strings
         watched = drain_watched()
         for name, texts in sorted(watched.items()):
             places[f"input of {name}"] = texts
-        caps: list[LengthCap] = []
+        self._caps = []
         for where, texts in places.items():
-            caps += find_length_caps(texts, where, min_repeats=cfg.min_repeats, min_length=cfg.min_length)
-
-        cut_inputs: list[CutText] = []
+            self._caps += find_length_caps(texts, where, min_repeats=cfg.min_repeats, min_length=cfg.min_length)
+        self._cut_inputs = []
         for name, texts in sorted(watched.items()):
             for text in dict.fromkeys(texts):
-                cut = find_cut_inside(text, batch.completions, where=f"input of {name}", min_length=cfg.min_length)
+                cut = find_cut_inside(text, completions, where=f"input of {name}", min_length=cfg.min_length)
                 if cut is not None:
-                    cut_inputs.append(cut)
+                    self._cut_inputs.append(dataclasses.replace(cut, row=held[cut.row]))
+        first = [1.0] + [0.0] * (len(held) - 1) if held else []
+        return {
+            "cut": [float(i in self._cuts) for i in held],
+            "caps": [v * len(self._caps) for v in first],
+            "inputs": [v * len(self._cut_inputs) for v in first],
+        }
 
-        report.metric("cut_completions", float(len(cut_completions)))
-        report.metric("cut_inputs", float(len(cut_inputs)))
-        report.metric("length_caps", float(len(caps)))
-        if cut_completions:
-            report.violation("completion_cut", self._cut_message(batch, cut_completions, "completion"), TruncationError)
+    def row_evidence(self, batch: RolloutBatch, row: int) -> str | None:
+        """What this rank saw at ``row``: its cut (a completion row), or its caps and cut inputs (its first row)."""
+        parts: dict[str, Any] = {}
+        if row in self._cuts:
+            parts["cut"] = _cut_line(batch, self._cuts[row])
+        held = batch.held_rows
+        if len(held) and row == held[0]:
+            parts["caps"] = [cap.describe() for cap in self._caps]
+            parts["inputs"] = [_cut_line(batch, c) for c in self._cut_inputs]
+        return json.dumps(parts) if parts else None
+
+    def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
+        feats = {k: np.asarray(v, dtype=np.float64) for k, v in self.features(batch).items()}
+        cut_rows = np.flatnonzero(feats["cut"]).tolist()
+        caps, cut_inputs = int(feats["caps"].sum()), int(feats["inputs"].sum())
+        report.metric("cut_completions", float(len(cut_rows)))
+        report.metric("cut_inputs", float(cut_inputs))
+        report.metric("length_caps", float(caps))
+        if cut_rows:
+            shown = cut_rows[:_MAX_SHOWN]
+            report.violation(
+                "completion_cut",
+                lambda: self._cut_message(batch, shown, len(cut_rows), "completion"),
+                TruncationError,
+                rows=shown,
+            )
+        reporting = np.flatnonzero(feats["inputs"]).tolist()  # each rank's first row, when it found any
         if cut_inputs:
-            message = self._cut_message(batch, cut_inputs, "watched input")
-            if self.ctx.world_size > 1:
-                report.info("judge_input_cut", message)
-            else:
-                report.violation("judge_input_cut", message, TruncationError)
+            report.violation(
+                "judge_input_cut",
+                lambda: self._gathered_message(batch, reporting, "inputs", cut_inputs, "watched input"),
+                TruncationError,
+                rows=reporting,
+            )
+        reporting = np.flatnonzero(feats["caps"]).tolist()
         if caps:
-            report.violation("length_cap", self._cap_message(batch, caps), TruncationError)
+            report.violation("length_cap", lambda: self._cap_message(batch, reporting), TruncationError, rows=reporting)
 
-    def _rows_to_decode(self, batch: RolloutBatch) -> list[int]:
+    def _evidence(self, batch: RolloutBatch, row: int) -> dict[str, Any]:
+        text = batch.evidence.get((self.name, row))
+        if text is None and (batch.local_rows is None or row in batch.local_rows):
+            text = self.row_evidence(batch, row)
+        return json.loads(text) if text else {}
+
+    def _rows_to_decode(self, batch: RolloutBatch, rows: list[int]) -> list[int]:
         """Every row, or the ``decode_rows`` longest (a slice only shortens texts longer than its cut)."""
         limit = self.config.decode_rows
-        if not limit or limit >= len(batch):
-            return list(range(len(batch)))
-        longest = sorted(range(len(batch)), key=lambda i: (-len(batch.completion_ids[i]), i))[:limit]
-        return sorted(longest)
+        if not limit or limit >= len(rows):
+            return rows
+        return sorted(sorted(rows, key=lambda i: (-batch.completion_lengths[i], i))[:limit])
 
-    @staticmethod
-    def _cut_message(batch: RolloutBatch, cuts: list[CutText], what: str) -> str:
-        lengths = sorted({c.seen for c in cuts})
-        lines = [
-            f"{len(cuts)} {what}(s) cut short at step {batch.step} ({batch.mode}); cut at {lengths[:5]} characters:"
-        ]
-        for c in cuts[:_MAX_SHOWN]:
-            lines.append(
-                f"  {c.where}, row {c.row} (task {batch.tasks[c.row]!r}): kept {c.seen} of {c.full} characters, "
-                f"...{c.seen_tail!r} | lost {c.lost_head!r}..."
-            )
-        lines.append(
-            "Fix: find the slice (e.g. text[:N]) between the completion and this place and remove it, or cut on a "
-            "boundary the reward understands and say so in the reward; a scorer that sees part of the answer "
-            "scores something else."
-        )
+    def _cut_message(self, batch: RolloutBatch, rows: list[int], total: int, what: str) -> str:
+        lines = [f"{total} {what}(s) cut short at step {batch.step} ({batch.mode}):"]
+        lines += [f"  {self._evidence(batch, row).get('cut', f'row {row}: (on another rank)')}" for row in rows]
+        lines.append(_CUT_FIX)
         return "\n".join(lines)
 
-    @staticmethod
-    def _cap_message(batch: RolloutBatch, caps: list[LengthCap]) -> str:
+    def _gathered_message(self, batch: RolloutBatch, rows: list[int], part: str, total: int, what: str) -> str:
+        lines = [f"{total} {what}(s) cut short at step {batch.step} ({batch.mode}):"]
+        lines += [f"  {line}" for row in rows for line in self._evidence(batch, row).get(part, [])][:_MAX_SHOWN]
+        lines.append(_CUT_FIX)
+        return "\n".join(lines)
+
+    def _cap_message(self, batch: RolloutBatch, rows: list[int]) -> str:
         lines = [f"texts line up on a round length at step {batch.step} ({batch.mode}), as a slice would leave them:"]
-        lines += [f"  {cap.describe()}" for cap in caps[:_MAX_SHOWN]]
+        lines += [f"  {line}" for row in rows for line in self._evidence(batch, row).get("caps", [])][:_MAX_SHOWN]
         lines.append(
             "Fix: look for text[:N] with these N in the data pipeline or the reward code; if the lengths are real, "
             "raise slicing.min_repeats or slicing.min_length."
         )
         return "\n".join(lines)
+
+
+_CUT_FIX = (
+    "Fix: find the slice (e.g. text[:N]) between the completion and this place and remove it, or cut on a "
+    "boundary the reward understands and say so in the reward; a scorer that sees part of the answer "
+    "scores something else."
+)
+
+
+def _cut_line(batch: RolloutBatch, c: CutText) -> str:
+    return (
+        f"{c.where}, row {c.row} (task {batch.tasks[c.row]!r}): kept {c.seen} of {c.full} characters, "
+        f"...{c.seen_tail!r} | lost {c.lost_head!r}..."
+    )

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any, ClassVar
+
+import numpy as np
 
 from rl_guards.config import ThinkTagsConfig
 from rl_guards.core.batch import RolloutBatch
@@ -100,6 +101,7 @@ class ThinkTagsGuard(Guard):
 
     name: ClassVar[str] = "think_tags"
     config_field: ClassVar[str] = "think_tags"
+    FEATURES: ClassVar[tuple[str, ...]] = ("codes", "wrong", "kind", "thinking", "no_block")
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
@@ -147,53 +149,69 @@ class ThinkTagsGuard(Guard):
         )
         return verdict, mode
 
+    def scan(self, batch: RolloutBatch) -> dict[str, list[float]]:
+        """Per held row: ``codes`` (bitmask over ``ALL_CODES``: the verdict's codes and those wrong for the row's
+        mode), ``wrong`` (bitmask of the codes wrong for its mode), ``kind`` (0 answer, 1 thinking, 2 anomalous),
+        ``thinking`` (the row's mode, 0/1) and ``no_block`` (a thinking row with no block at all)."""
+        rows = batch.held_rows
+        opened = self.prompts_opened(batch)
+        out: dict[str, list[float]] = {name: [] for name in self.FEATURES}
+        for row in rows:
+            verdict, thinking = self.scan_row(batch, row, opened[row])
+            wrong = anomalies_for_mode(verdict, thinking)
+            out["codes"].append(float(code_bits(set(verdict.anomalies) | set(wrong))))
+            out["wrong"].append(float(code_bits(wrong)))
+            out["kind"].append(float(KINDS.index(verdict.kind)))
+            out["thinking"].append(float(thinking))
+            out["no_block"].append(float(thinking and verdict.kind == "answer" and not verdict.has_tags))
+        return out
+
     def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
         n = len(batch)
         if n == 0:
             return
-        opened = self.prompts_opened(batch)
-        code_rows: Counter[str] = Counter()
-        wrong_rows: list[tuple[int, tuple[str, ...], MarkupVerdict, bool]] = []
-        per_task: dict[str, dict[str, Any]] = {}
-        thinking_rows = no_block = 0
-        for row in range(n):
-            verdict, thinking = self.scan_row(batch, row, opened[row])
-            wrong = anomalies_for_mode(verdict, thinking)
-            codes = set(verdict.anomalies) | set(wrong)
-            code_rows.update(codes)
-            if wrong:
-                wrong_rows.append((row, wrong, verdict, thinking))
-            if thinking:
-                thinking_rows += 1
-                no_block += verdict.kind == "answer" and not verdict.has_tags
-            task = per_task.setdefault(batch.tasks[row], {"rows": 0, "wrong": 0, "thinking": 0, "codes": Counter()})
-            task["rows"] += 1
-            task["wrong"] += bool(wrong)
-            task["thinking"] += thinking
-            task["codes"].update(codes)
-
-        rate = len(wrong_rows) / n
+        feats = {k: np.asarray(v, dtype=np.int64) for k, v in self.features(batch).items()}
+        codes, wrong, thinking = feats["codes"], feats["wrong"] != 0, feats["thinking"] != 0
+        names, index = batch.task_index
+        code_rows = {code: (codes >> bit) & 1 for bit, code in enumerate(ALL_CODES)}
+        rate = float(wrong.sum()) / n
         report.metric("anomalous_rate", rate)
         for code in ALL_CODES:
-            report.metric(f"rate/{code}", code_rows[code] / n)
+            report.metric(f"rate/{code}", float(code_rows[code].sum()) / n)
+        thinking_rows = int(thinking.sum())
         report.metric("thinking_share", thinking_rows / n)
         if thinking_rows:
-            report.metric("no_block_rate", no_block / thinking_rows)
-        for task, t in sorted(per_task.items()):
-            report.task_metric(task, "think/anomalous_rate", t["wrong"] / t["rows"])
-            report.task_metric(task, "think/thinking_share", t["thinking"] / t["rows"])
-            for code, count in sorted(t["codes"].items()):
-                report.task_metric(task, f"think/{code}_rate", count / t["rows"])
+            report.metric("no_block_rate", float(feats["no_block"].sum()) / thinking_rows)
+        rows = np.bincount(index, minlength=len(names))
+        task_wrong = np.bincount(index, weights=wrong, minlength=len(names))
+        task_thinking = np.bincount(index, weights=thinking, minlength=len(names))
+        task_codes = {c: np.bincount(index, weights=r, minlength=len(names)) for c, r in code_rows.items()}
+        for t, task in enumerate(names):
+            report.task_metric(task, "think/anomalous_rate", task_wrong[t] / rows[t])
+            report.task_metric(task, "think/thinking_share", task_thinking[t] / rows[t])
+            for code in ALL_CODES:
+                if task_codes[code][t]:
+                    report.task_metric(task, f"think/{code}_rate", task_codes[code][t] / rows[t])
 
         if rate > self.config.max_anomaly_rate:
-            report.violation("anomaly_rate", self._message(batch, rate, wrong_rows, code_rows), ThinkMarkupError)
+            wrong_rows = np.flatnonzero(wrong).tolist()
+            counts = {code: int(r.sum()) for code, r in code_rows.items()}
+            shown = wrong_rows[:2]
+            report.violation(
+                "anomaly_rate",
+                lambda: self._message(batch, rate, wrong_rows, counts, feats, shown),
+                ThinkMarkupError,
+                rows=shown,
+            )
 
     def _message(
         self,
         batch: RolloutBatch,
         rate: float,
-        wrong_rows: list[tuple[int, tuple[str, ...], MarkupVerdict, bool]],
-        code_rows: Counter[str],
+        wrong_rows: list[int],
+        code_rows: dict[str, int],
+        feats: dict[str, np.ndarray],
+        shown: list[int],
     ) -> str:
         n = len(batch)
         markup = self.markup
@@ -203,11 +221,29 @@ class ThinkTagsGuard(Guard):
             f"tags {markup.open_tag!r}/{markup.close_tag!r}).",
             "  by code: " + ", ".join(f"{c}={code_rows[c]}" for c in ALL_CODES if code_rows[c]),
         ]
-        for row, wrong, verdict, thinking in wrong_rows[:2]:
-            mode = "thinking" if thinking else "non-thinking"
-            opened = ", prompt opened the block" if verdict.prompt_opened else ""
-            lines.append(f"  row {row} (task {batch.tasks[row]!r}, {mode}{opened}): {', '.join(wrong)}")
-            lines.append(f"    completion (cut for display only): {display_text(self._text(batch, row))}")
-        hints = [_HINTS[c] for c in sorted({c for _, w, _, _ in wrong_rows for c in w}) if c in _HINTS]
+        opened = self.prompts_opened(batch)
+        for row in shown:
+            wrong = codes_of(int(feats["wrong"][row]))
+            mode = "thinking" if feats["thinking"][row] else "non-thinking"
+            prompt = ", prompt opened the block" if row < len(opened) and opened[row] else ""
+            lines.append(f"  row {row} (task {batch.tasks[row]!r}, {mode}{prompt}): {', '.join(wrong)}")
+            if batch.holds(row):
+                lines.append(f"    completion (cut for display only): {display_text(self._text(batch, row))}")
+        hints = [
+            _HINTS[c] for c in sorted({c for r in wrong_rows for c in codes_of(int(feats["wrong"][r]))}) if c in _HINTS
+        ]
         lines.append("Fix: " + ("; ".join(hints) if hints else "read these completions; the format is drifting") + ".")
         return "\n".join(lines)
+
+
+KINDS = ("answer", "thinking", "anomalous")  # MarkupVerdict.kind, as the ``kind`` feature's values
+
+
+def code_bits(codes: Any) -> int:
+    """Bitmask of anomaly codes (bit ``i`` = ``ALL_CODES[i]``)."""
+    return sum(1 << ALL_CODES.index(c) for c in set(codes))
+
+
+def codes_of(bits: int) -> list[str]:
+    """The anomaly codes of a bitmask, in ``ALL_CODES`` order."""
+    return [c for i, c in enumerate(ALL_CODES) if bits >> i & 1]

@@ -46,8 +46,11 @@ class TruncationGuard(Guard):
         total = len(batch)
         report.metric("truncated_rate", sum(s.truncated for s in stats.values()) / total if total else 0.0)
         over = [s for s in stats.values() if s.rate > self.config.max_rate]
-        if not over:
-            return
+        if over:
+            rows = [row for s in over for row in s.examples]
+            report.violation("truncation_rate", lambda: self._message(batch, over), TruncationError, rows=rows)
+
+    def _message(self, batch: RolloutBatch, over: list[Any]) -> str:
         cap = f"max_completion_length={batch.max_completion_length}" if batch.max_completion_length else "the cap"
         lines = [
             f"completions hit {cap} above truncation.max_rate={self.config.max_rate:g} at step {batch.step} "
@@ -56,10 +59,11 @@ class TruncationGuard(Guard):
         for s in over:
             lines.append(f"  task {s.task!r}: {s.truncated}/{s.rows} truncated ({s.rate:.0%})")
             for row in s.examples:
-                tail = visible_tail(batch.completions[row], width=TAIL_CHARS)
-                lines.append(f"    row {row} ({len(batch.completion_ids[row])} tokens) ends {tail}")
+                text = batch.completions[row]
+                tail = visible_tail(text, width=TAIL_CHARS) if isinstance(text, str) else "(text on another rank)"
+                lines.append(f"    row {row} ({batch.completion_lengths[row]} tokens) ends {tail}")
         lines.append(
             "Fix: raise max_completion_length (measure with `rl-guards probe-lengths --model ... --dataset ...`), "
             "or set mask_truncated_completions=True so cut completions carry no loss, or shorten the task."
         )
-        report.violation("truncation_rate", "\n".join(lines), TruncationError)
+        return "\n".join(lines)

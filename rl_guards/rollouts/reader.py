@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +23,14 @@ from rl_guards.rollouts.recorder import (
     INDEX_FILE,
     REWARD_PREFIX,
     SCHEMA_VERSION,
+    TOKENIZER_FILE,
     default_rollouts_dir,
     scan_dumps,
     step_file_name,
 )
+
+# Texts decoded at read time from the ids a schema-2 dump keeps (text column -> ids column).
+DECODED_COLUMNS = {"prompt": "prompt_ids", "completion": "completion_ids"}
 
 
 def find_rollouts_dir(run_dir: str | os.PathLike[str]) -> Path:
@@ -69,12 +75,37 @@ class RolloutStore:
             raise FileNotFoundError(f"no dump for step {step} in {self.folder}; dumped steps: {self.steps()}")
         return path
 
+    @cached_property
+    def decoder(self) -> Callable[[list[int]], str] | None:
+        """Decodes ids with special tokens kept, from the run's ``tokenizer.json`` (None when it was not saved)."""
+        path = self.folder / TOKENIZER_FILE
+        if not path.is_file():
+            return None
+        try:
+            from tokenizers import Tokenizer
+
+            tokenizer = Tokenizer.from_file(str(path))
+        except Exception:  # an unreadable tokenizer file: texts fall back to what the reward functions saw
+            return None
+        return lambda ids: tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
+
     def table(self, step: int, columns: list[str] | None = None) -> Any:
-        """The dump of ``step`` as a ``pyarrow.Table`` (only ``columns`` when given)."""
+        """The dump of ``step`` as a ``pyarrow.Table`` (only ``columns`` when given).
+
+        Dumps of schema 2 keep ids, not decoded text: asking for ``prompt`` / ``completion`` reads their ids (and
+        ``completion_text``); :meth:`load` decodes them.
+        """
         import pyarrow.parquet as pq
 
+        path = self.path(step)
         wanted = None if columns is None else list(dict.fromkeys(["schema_version", *columns]))
-        table = pq.read_table(str(self.path(step)), columns=wanted)
+        if wanted is not None:
+            present = set(pq.read_schema(str(path)).names)
+            for text, source in DECODED_COLUMNS.items():
+                if text in wanted and text not in present:
+                    wanted.remove(text)
+                    wanted += [c for c in (source, "completion_text") if c in present and c not in wanted]
+        table = pq.read_table(str(path), columns=wanted)
         version = int(table.column("schema_version")[0].as_py()) if table.num_rows else SCHEMA_VERSION
         if version > SCHEMA_VERSION:
             raise ValueError(
@@ -84,8 +115,26 @@ class RolloutStore:
         return table
 
     def load(self, step: int, columns: list[str] | None = None) -> list[dict[str, Any]]:
-        """The dump of ``step`` as one dict per rollout (``rewards`` gathers the ``reward/<func>`` columns)."""
-        return [_with_rewards(row) for row in self.table(step, columns).to_pylist()]
+        """The dump of ``step`` as one dict per rollout (``rewards`` gathers the ``reward/<func>`` columns).
+
+        ``prompt`` and ``completion`` are the texts as the model saw and wrote them, special tokens kept: stored
+        in schema-1 dumps, decoded here from the ids for schema 2 (without the run's tokenizer, the completion is
+        the reward functions' text and the prompt is empty).
+        """
+        rows = [_with_rewards(row) for row in self.table(step, columns).to_pylist()]
+        want = set(DECODED_COLUMNS) if columns is None else set(columns) & set(DECODED_COLUMNS)
+        decode = self.decoder
+        prompts: dict[tuple[int, ...], str] = {}
+        for row in rows:
+            if "completion" in want and "completion" not in row:
+                ids = row.get("completion_ids")
+                row["completion"] = decode(ids) if decode and ids is not None else row.get("completion_text") or ""
+            if "prompt" in want and "prompt" not in row:
+                key = tuple(row.get("prompt_ids") or ())
+                if key not in prompts:
+                    prompts[key] = decode(list(key)) if decode and key else ""
+                row["prompt"] = prompts[key]
+        return rows
 
     def rows(
         self,

@@ -2,41 +2,54 @@
 
 When it writes (main process only, train batches only)::
 
-    on_train_begin(k)     # dumps of steps >= k are from an abandoned trajectory: moved to superseded/
-    on_batch(batch)       # batch.step % every_steps == 0 -> step_<step>.parquet (reason "periodic")
-    on_save(checkpoint-k) # the latest step seen, if not dumped yet -> reason "checkpoint", tagged checkpoint=k
+    on_train_begin(k)        # dumps of steps >= k are from an abandoned trajectory: moved to superseded/
+    after_batch(batch)       # batch.step % every_steps == 0 -> step_<step>.parquet (reason "periodic")
+    before_save(checkpoint-k)  # the latest step seen, if not dumped yet -> reason "checkpoint", tagged k,
+                               # on disk before the trainer writes the checkpoint
+    on_stop(batch)           # a guard stops the run: the offending batch (reason "stopped"), on disk before the raise
+
+The training thread only hands the batch over: Arrow building, the Parquet write and the index run on a bounded
+background writer (:mod:`rl_guards.rollouts.writer`). At most ``MAX_PENDING`` dumps wait; when the writer falls
+behind, the oldest waiting periodic dump is dropped (``dropped_dumps``), never a checkpoint's or a stop's. With
+several ranks, the rows reach the main process only for the steps it dumps.
 
 ``step`` is the trainer's global step when the batch was generated (the update it feeds ends at ``step + 1``),
 so the dump of ``checkpoint-k`` is usually step ``k - 1``. Several generation batches of one step
 (``steps_per_generation < gradient_accumulation_steps``) go into one file; group ids stay unique per step.
 
-Layout under ``rollouts.output_dir`` (default ``<output_dir>/rl_guards/rollouts``)::
+Layout under ``rollouts.output_dir`` (default ``<output_dir>/rl_guards/rollouts``; ``~`` and env vars expanded)::
 
     step_000120.parquet   # columns below; file metadata key "rl_guards" holds step, reason, checkpoint, tasks
     index.jsonl           # one line per file, sorted by step; rebuilt from the files, rewritten atomically
+    tokenizer.json        # the run's tokenizer (fast tokenizers), saved once: readers decode the ids with it
     superseded/resumed_at_000100/step_000110.parquet   # dumps a resume made obsolete, kept for reference
 
 Resume: after resuming at global step ``k`` nothing is lost (every dump of steps ``< k`` stays) and nothing is
 duplicated (the pre-crash dumps of steps ``>= k`` belong to a trajectory the run abandoned: they are moved
-aside, and those steps are dumped again as the resumed run reaches them). The index is rebuilt from the files.
+aside, and those steps are dumped again as the resumed run reaches them). The index is rebuilt from the files,
+and a complete checkpoint whose dump lost its tag (a kill between the two) gets it back.
 
-Columns (``SCHEMA_VERSION`` 1): ``schema_version, step, epoch, mode, row, group, task, prompt`` (rendered as the
-model saw it, special tokens kept), ``completion`` (decoded with special tokens: EOS visible),
-``completion_text`` (what the reward functions saw), ``completion_ids, prompt_tokens, completion_tokens,
-reward`` (weighted total, null when every function skipped the row), ``advantage, truncated, think_kind,
-think_anomalies`` (:func:`rl_guards.core.think_markup.scan` verdict, plus ``tag_in_nonthinking`` for a
-non-thinking row with tags), ``thinking, columns`` (other dataset columns, JSON), and ``reward/<func>`` per
-reward function (null where the function returned None). Eval batches are not dumped.
+Columns (``SCHEMA_VERSION`` 2): ``schema_version, step, epoch, mode, row, group, task`` (the dataset's own name),
+``prompt_ids`` (the rendered prompt), ``completion_text`` (what the reward functions saw), ``completion_ids``
+(special tokens included: EOS visible when decoded), ``prompt_tokens, completion_tokens, reward`` (weighted total,
+null when every function skipped the row), ``advantage, truncated, think_kind, think_anomalies``
+(:func:`rl_guards.core.think_markup.scan` verdict, plus ``tag_in_nonthinking`` for a non-thinking row with tags),
+``thinking, columns`` (other dataset columns, JSON), and ``reward/<func>`` per reward function (null where the
+function returned None). No decoded text is written: :class:`~rl_guards.rollouts.reader.RolloutStore` decodes
+``prompt`` and ``completion`` (special tokens kept) when reading. Schema 1 (0.1) stored them decoded. A row
+whose text Arrow cannot hold (a lone surrogate) is repaired (U+FFFD) and counted. Eval batches are not dumped.
 
 W&B: when a run is active, each new dump also logs a small ``wandb.Table`` under ``rl_guards/rollouts``
-(``wandb_rows_per_task`` rows per task, distinct groups first; completion text cut to 1,000 characters for the
-table only, with ``completion_chars`` and ``completion_cut_for_table`` columns saying so).
+(``wandb_rows_per_task`` rows per task, distinct groups first; only those rows are decoded; completion text cut
+to 1,000 characters for the table only, with ``completion_chars`` and ``completion_cut_for_table`` columns).
 
 Metrics:
 
 =====================================  ==========================================================
 ``rl_guards/rollouts/dumped_rows``     new rows written by one dump (a checkpoint re-tag adds none)
-``rl_guards/rollouts/write_errors``    1 per failed write (disk full, unwritable folder)
+``rl_guards/rollouts/write_errors``    failed writes so far in the run (disk full, unwritable folder)
+``rl_guards/rollouts/repaired_rows``   rows whose text had to be repaired to be written
+``rl_guards/rollouts/dropped_dumps``   1 per periodic dump dropped because the writer was behind
 =====================================  ==========================================================
 
 A failed write is a ``write_failed`` violation (``mode: warn`` by default): warned once, counted, the run goes on.
@@ -58,12 +71,14 @@ from rl_guards.config import GuardsConfig, RolloutsConfig, ThinkTagsConfig
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.core.think_markup import THINK, ThinkMarkup, anomalies_for_mode, scan
 from rl_guards.guards.base import Guard, Reporter, RunContext
-from rl_guards.guards.think_tags import markup_from_config, tag_token_ids
+from rl_guards.guards.think_tags import KINDS, codes_of, markup_from_config, tag_token_ids
+from rl_guards.rollouts.writer import BackgroundWriter, Job
 
 logger = logging.getLogger("rl_guards")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 INDEX_FILE = "index.jsonl"
+TOKENIZER_FILE = "tokenizer.json"  # the run's tokenizer, saved once: readers decode ids with it
 SUPERSEDED_DIR = "superseded"
 METADATA_KEY = b"rl_guards"
 REWARD_PREFIX = "reward/"
@@ -216,20 +231,28 @@ class RolloutRecorder(Guard):
 
     name = "rollouts"
     config_field = "rollouts"
+    MAX_PENDING = 2  # dumps waiting for the background writer; beyond, the oldest periodic one is dropped
 
     def __init__(self, config: GuardsConfig) -> None:
         super().__init__(config)
         self.config: RolloutsConfig = config.rollouts
         self._begun = False
-        self._entries: dict[int, dict[str, Any]] = {}  # step -> index entry of the files on disk
+        self._entries: dict[int, dict[str, Any]] = {}  # step -> index entry of the files on disk (writer thread)
         self._step: int | None = None  # step of the buffered batches
         self._batches: list[RolloutBatch] = []  # only the latest step: bounded memory
-        self._table: Any = None  # Arrow table of the buffered batches, once built
-        self._table_batches = 0  # how many buffered batches _table holds
-        # (step, batches, checkpoint, rows) of the last file this recorder wrote
+        # (step, batches, checkpoint, rows) of the last dump submitted, and its reason
         self._written: tuple[int, int, int | None, int] | None = None
-        self._written_reason = ""  # reason of that file
+        self._written_reason = ""
         self._markup = MarkupSpec()
+        self._writer = BackgroundWriter(self.MAX_PENDING, name="rl_guards-rollouts")
+        self._tokenizer_saved = False
+        self.write_errors = 0  # failed writes so far (state: survives a resume)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"write_errors": self.write_errors}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.write_errors = int(state.get("write_errors", 0))
 
     def setup(self, ctx: RunContext) -> None:
         super().setup(ctx)
@@ -239,8 +262,8 @@ class RolloutRecorder(Guard):
     @property
     def folder(self) -> Path:
         """The dump folder."""
-        if self.config.output_dir:
-            return Path(self.config.output_dir)
+        if self.config.output_dir:  # "~" and $VARS expanded, as the trainer's own output_dir
+            return Path(os.path.expandvars(os.path.expanduser(self.config.output_dir)))
         return default_rollouts_dir(self.ctx.output_dir)
 
     # ----- hooks --------------------------------------------------------------------------------------
@@ -248,13 +271,20 @@ class RolloutRecorder(Guard):
         if self.ctx.is_main_process:
             self._begin(int(report.step or 0), report)
 
+    def wants_rows(self, batch: RolloutBatch) -> bool:
+        """Whether this batch is dumped (its rows go to the main process); the same answer on every rank."""
+        return batch.mode == "train" and batch.step % self.config.every_steps == 0
+
     def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
         if not self.ctx.is_main_process or batch.mode != "train":
             return
+        self._drain(report)
         if not self._begun:
             self._begin(batch.step, report)
         self._buffer(batch)
-        if batch.step % self.config.every_steps == 0:
+
+    def after_batch(self, batch: RolloutBatch, report: Reporter) -> None:
+        if self.ctx.is_main_process and self.wants_rows(batch):
             self._dump("periodic", None, report)
 
     def on_stop(self, batch: RolloutBatch, report: Reporter) -> None:
@@ -262,12 +292,12 @@ class RolloutRecorder(Guard):
         if not self.ctx.is_main_process:
             return
         self._buffer(batch)
-        self._dump("stopped", None, report)
+        self._dump("stopped", None, report, wait=True)
 
     def _buffer(self, batch: RolloutBatch) -> None:
         """Keep ``batch`` with the other batches of its step (a new step starts an empty buffer)."""
         if batch.step != self._step:
-            self._step, self._batches, self._table, self._table_batches = batch.step, [], None, 0
+            self._step, self._batches = batch.step, []
         if not self._batches or self._batches[-1] is not batch:
             self._batches.append(batch)
 
@@ -281,7 +311,24 @@ class RolloutRecorder(Guard):
             return
         match = re.search(r"checkpoint-(\d+)$", str(checkpoint_dir).rstrip("/\\"))
         checkpoint = int(match.group(1)) if match else (report.step if report.step is not None else self._step)
-        self._dump("checkpoint", checkpoint, report)
+        self._dump("checkpoint", checkpoint, report, wait=True)
+
+    def on_step_end(self, final: bool, report: Reporter) -> None:
+        """Report finished writes before the trainer logs; at the last step, wait for every pending dump."""
+        if self.ctx.is_main_process:
+            if final:
+                self._writer.flush()
+            self._drain(report)
+
+    def on_train_end(self, report: Reporter) -> None:
+        if self.ctx.is_main_process:
+            self._writer.close()
+            self._drain(report)
+
+    def flush(self, report: Reporter) -> None:
+        """Wait until every submitted dump is on disk, and report what happened to them."""
+        self._writer.flush()
+        self._drain(report)
 
     # ----- resume -------------------------------------------------------------------------------------
     def _begin(self, step: int, report: Reporter) -> None:
@@ -342,12 +389,13 @@ class RolloutRecorder(Guard):
             report.info("retagged_dump", f"tagged the dump of step {latest} with checkpoint-{checkpoint} on resume")
 
     # ----- dumping ------------------------------------------------------------------------------------
-    def _dump(self, reason: str, checkpoint: int | None, report: Reporter) -> None:
+    def _dump(self, reason: str, checkpoint: int | None, report: Reporter, *, wait: bool = False) -> None:
+        """Submit the buffered step to the background writer (``wait``: until it is on disk, e.g. a checkpoint's)."""
         step, count = int(self._step if self._step is not None else 0), len(self._batches)
         if self._written is not None and self._written[:2] == (step, count):
             stop_noted = reason != "stopped" or self._written_reason == "stopped"
             if (checkpoint is None or self._written[2] == checkpoint) and stop_noted:
-                return  # already on disk with these rows, this tag and, for a stop, the stop reason
+                return  # already submitted with these rows, this tag and, for a stop, the stop reason
         same_step = self._written is not None and self._written[0] == step
         retag = self._written is not None and self._written[:2] == (step, count)  # same rows, new checkpoint tag
         if checkpoint is None and same_step:
@@ -356,71 +404,101 @@ class RolloutRecorder(Guard):
             reason = "stopped"  # a stop stays visible when a later save re-tags the same rows
         if checkpoint is not None and reason != "stopped":
             reason = "checkpoint"
-        table = self._build_table()
-        tasks = sorted(set(table.column("task").to_pylist()))
+        rows_before = self._written[3] if same_step and self._written is not None else 0
+        batches = list(self._batches)
+        rows = sum(len(b) for b in batches)
+        self._written = (step, count, checkpoint, rows)
+        self._written_reason = reason
         meta = {
             "schema_version": SCHEMA_VERSION,
             "step": step,
-            "rows": table.num_rows,
-            "tasks": tasks,
+            "rows": rows,
             "reason": reason,
             "checkpoint": checkpoint,
-            "reward_names": list(self._batches[0].reward_names),
-            "written_at": time.time(),
+            "reward_names": list(batches[0].reward_names),
         }
-        table = table.replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()})
-        folder = self.folder
-        path = folder / step_file_name(step)
-        try:
-            import pyarrow.parquet as pq
+        new_rows = 0 if retag else rows - rows_before
+        keep = wait or checkpoint is not None or reason == "stopped"
+        self._writer.submit(Job(f"step {step}", lambda: self._write(batches, meta, new_rows), keep=keep, tag=step))
+        if wait:
+            self._writer.flush()
+        self._drain(report)
 
-            folder.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, lambda tmp: pq.write_table(table, str(tmp), compression="zstd"))
-        except (OSError, ValueError) as exc:  # pyarrow's I/O errors are OSError subclasses
-            self._write_failed(
-                f"could not write the rollouts of step {step} to {path}: {type(exc).__name__}: {exc}", report
-            )
-            return
-        self._entries[step] = index_entry(meta, path.name)
+    def _write(self, batches: list[RolloutBatch], meta: dict[str, Any], new_rows: int) -> dict[str, Any]:
+        """On the writer thread: Arrow table, Parquet file (atomic), index; returns what the training thread logs."""
+        import pyarrow.parquet as pq
+
+        folder = self.folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self._save_tokenizer(folder)
+        table, repaired = build_rollout_table(batches, markup=self._markup)
+        meta = {**meta, "tasks": sorted(set(table.column("task").to_pylist())), "repaired_rows": repaired}
+        meta["written_at"] = time.time()
+        table = table.replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()})
+        path = folder / step_file_name(meta["step"])
+        write_atomic(path, lambda tmp: pq.write_table(table, str(tmp), compression="zstd"))
+        self._entries[meta["step"]] = index_entry(meta, path.name)
+        index_error = None
         try:
             write_index(folder, self._entries)
         except OSError as exc:  # the dump itself is complete; the index is rebuilt from the files later
-            self._write_failed(
-                f"wrote {path} but could not update {folder / INDEX_FILE}: {type(exc).__name__}: {exc}", report
-            )
-        new_rows = table.num_rows - (self._written[3] if same_step else 0)
-        self._written = (step, count, checkpoint, table.num_rows)
-        self._written_reason = reason
-        if not retag:  # a re-tag rewrites the same rows: count and show them once
-            report.metric("dumped_rows", float(new_rows))
-            self._log_wandb(table, step)
+            index_error = f"wrote {path} but could not update {folder / INDEX_FILE}: {type(exc).__name__}: {exc}"
+        wandb = None
+        if new_rows and self.config.wandb_rows_per_task > 0 and _wandb_active():
+            wandb = wandb_rows(table, self.config.wandb_rows_per_task, self.ctx.decode)
+        return {"step": meta["step"], "new_rows": new_rows, "index_error": index_error, "wandb": wandb,
+                "repaired": repaired, "path": str(path)}  # fmt: skip
+
+    def _save_tokenizer(self, folder: Path) -> None:
+        """Once per run: the tokenizer readers decode the ids with (``tokenizer.json``, fast tokenizers only)."""
+        if self._tokenizer_saved:
+            return
+        self._tokenizer_saved = True
+        backend = getattr(self.ctx.tokenizer, "backend_tokenizer", None)
+        if backend is not None:
+            write_atomic(folder / TOKENIZER_FILE, lambda tmp: backend.save(str(tmp)))
+
+    def _drain(self, report: Reporter) -> None:
+        """Turn the writer's results into metrics, findings and W&B tables (on the training thread)."""
+        for result in self._writer.results():
+            # Findings about a dump belong to the step it holds, not to the step the writer finished in.
+            report = report.session.reporter(report.guard, report.config, result.tag)
+            if result.status == "dropped":
+                report.metric("dropped_dumps", 1.0)
+                report.info("dropped_dump", f"the dump of {result.label} was dropped: the writer was still busy "
+                            f"with {self.MAX_PENDING} earlier dumps (checkpoint dumps are never dropped)")  # fmt: skip
+            elif result.status == "error":
+                exc = result.error
+                self._written = None  # a later save writes the step again
+                self._write_failed(
+                    f"could not write the rollouts of {result.label} to {self.folder}: {type(exc).__name__}: {exc}",
+                    report,
+                )
+            else:
+                value = result.value
+                if value["index_error"]:
+                    self._write_failed(value["index_error"], report)
+                if value["repaired"]:
+                    report.metric("repaired_rows", float(value["repaired"]))
+                if value["new_rows"]:
+                    report.metric("dumped_rows", float(value["new_rows"]))
+                if value["wandb"] is not None:
+                    self._log_wandb(*value["wandb"], value["step"])
 
     def _write_failed(self, message: str, report: Reporter) -> None:
-        report.metric("write_errors", 1.0)
+        self.write_errors += 1
+        report.metric("write_errors", float(self.write_errors))
         report.violation(
             "write_failed",
             f"{message}. Training goes on without this dump; free disk space or set rollouts.output_dir "
             "to a writable folder.",
         )
 
-    def _build_table(self) -> Any:
-        if self._table is not None and self._table_batches == len(self._batches):
-            return self._table
-        self._table = build_rollout_table(self._batches, self.ctx.decode, self._markup)
-        self._table_batches = len(self._batches)
-        return self._table
-
     # ----- W&B ----------------------------------------------------------------------------------------
-    def _log_wandb(self, table: Any, step: int) -> None:
-        per_task = self.config.wandb_rows_per_task
-        if per_task <= 0:
-            return
+    def _log_wandb(self, columns: list[str], rows: list[list[Any]], step: int) -> None:
         try:
             from rl_guards.trl import wandb_io
 
-            if wandb_io.active_run() is None:
-                return
-            columns, rows = wandb_rows(table, per_task)
             wb_table = wandb_io.table(columns, rows)
             if wb_table is not None:
                 wandb_io.log({WANDB_KEY: wb_table})
@@ -428,8 +506,18 @@ class RolloutRecorder(Guard):
             logger.warning("rl_guards: could not log the rollouts of step %s to W&B: %s", step, exc)
 
 
-def build_rollout_table(batches: list[RolloutBatch], decode: Any = None, markup: MarkupSpec | None = None) -> Any:
-    """The Arrow table of one step's batches (see the module docstring for the columns)."""
+def _wandb_active() -> bool:
+    try:
+        from rl_guards.trl import wandb_io
+
+        return wandb_io.active_run() is not None
+    except Exception:
+        return False
+
+
+def build_rollout_table(batches: list[RolloutBatch], markup: MarkupSpec | None = None) -> tuple[Any, int]:
+    """The Arrow table of one step's batches (see the module docstring for the columns), and the number of rows
+    whose text had to be repaired (a lone surrogate, which Arrow cannot hold, is replaced by U+FFFD)."""
     import pyarrow as pa
 
     markup = markup or MarkupSpec()
@@ -438,80 +526,52 @@ def build_rollout_table(batches: list[RolloutBatch], decode: Any = None, markup:
         for name in batch.reward_names:
             if name not in reward_names:
                 reward_names.append(name)
-    cols: dict[str, list[Any]] = {
-        name: []
-        for name in (
-            "step",
-            "epoch",
-            "mode",
-            "row",
-            "group",
-            "task",
-            "prompt",
-            "completion",
-            "completion_text",
-            "completion_ids",
-            "prompt_tokens",
-            "completion_tokens",
-            "reward",
-            "advantage",
-            "truncated",
-            "think_kind",
-            "think_anomalies",
-            "thinking",
-            "columns",
-        )
-    }
+    names = (
+        "step", "epoch", "mode", "row", "group", "task", "prompt_ids", "completion_text", "completion_ids",
+        "prompt_tokens", "completion_tokens", "reward", "advantage", "truncated", "think_kind", "think_anomalies",
+        "thinking", "columns",
+    )  # fmt: skip
+    cols: dict[str, list[Any]] = {name: [] for name in names}
     per_func: dict[str, list[float | None]] = {name: [] for name in reward_names}
+    repaired = 0
     group_offset = 0
     row_offset = 0
     for batch in batches:
-        dec = decode or batch.decode
-        prompt_cache: dict[tuple[int, ...], str] = {}
-        opened = getattr(batch, "prompt_opened", None) or []
         task_names = batch.raw_tasks or batch.tasks  # the dataset's own names, not the capped metric labels
         extra_names = sorted(batch.columns)
+        kinds = batch.features.get("think_tags/kind")
+        codes = batch.features.get("think_tags/codes")
+        opened = batch.prompt_opened or []
         for i in range(len(batch)):
+            text = batch.completions[i] if isinstance(batch.completions[i], str) else ""
+            clean = _clean_text(text)
+            repaired += clean is not text
+            cids = list(batch.completion_ids[i])
+            if kinds is not None and codes is not None:
+                kind, anomalies = KINDS[int(kinds[i])], codes_of(int(codes[i]))
+            else:  # a batch built by hand: scan it here
+                kind, anomalies = think_verdict(
+                    text, text, cids, batch.thinking[i], bool(opened[i]) if i < len(opened) else False, markup
+                )
             pids = batch.prompt_ids[i] if i < len(batch.prompt_ids) else []
-            key = tuple(pids)
-            prompt = prompt_cache.get(key)
-            if prompt is None:
-                if dec is not None and pids:
-                    prompt = dec(list(pids))
-                else:
-                    prompt = _prompt_fallback(batch.prompts[i] if i < len(batch.prompts) else "")
-                prompt_cache[key] = prompt
-            cids = batch.completion_ids[i]
-            completion = dec(list(cids)) if dec is not None else batch.completions[i]
-            kind, anomalies = think_verdict(
-                batch.completions[i],
-                completion,
-                cids,
-                batch.thinking[i],
-                bool(opened[i]) if i < len(opened) else False,
-                markup,
-            )
             cols["step"].append(int(batch.step))
             cols["epoch"].append(float(batch.epoch))
             cols["mode"].append(batch.mode)
             cols["row"].append(row_offset + i)
             cols["group"].append(group_offset + i // batch.num_generations)
-            cols["task"].append(str(task_names[i]))
-            cols["prompt"].append(prompt)
-            cols["completion"].append(completion)
-            cols["completion_text"].append(batch.completions[i])
+            cols["task"].append(_clean_text(str(task_names[i])))
+            cols["prompt_ids"].append(pids)
+            cols["completion_text"].append(clean)
             cols["completion_ids"].append(cids)
             cols["prompt_tokens"].append(len(pids))
-            cols["completion_tokens"].append(len(cids))
-            cols["reward"].append(batch.total_reward(i))
+            cols["completion_tokens"].append(batch.completion_lengths[i])
+            cols["reward"].append(_finite(batch.total_reward(i)))
             cols["advantage"].append(_finite(batch.advantages[i]))
             cols["truncated"].append(bool(batch.truncated[i]))
             cols["think_kind"].append(kind)
-            cols["think_anomalies"].append(anomalies)
+            cols["think_anomalies"].append(list(anomalies))
             cols["thinking"].append(batch.thinking[i])
-            cols["columns"].append(
-                json.dumps({k: batch.columns[k][i] for k in extra_names}, default=str) if extra_names else "{}"
-            )
+            cols["columns"].append(_columns_json(batch, extra_names, i))
             values = dict(zip(batch.reward_names, batch.rewards[i], strict=False))
             for name in reward_names:
                 per_func[name].append(_finite(values.get(name)))
@@ -526,8 +586,7 @@ def build_rollout_table(batches: list[RolloutBatch], decode: Any = None, markup:
         ("row", pa.int32(), cols["row"]),
         ("group", pa.int32(), cols["group"]),
         ("task", pa.string(), cols["task"]),
-        ("prompt", pa.string(), cols["prompt"]),
-        ("completion", pa.string(), cols["completion"]),
+        ("prompt_ids", pa.list_(pa.int32()), cols["prompt_ids"]),
         ("completion_text", pa.string(), cols["completion_text"]),
         ("completion_ids", pa.list_(pa.int32()), cols["completion_ids"]),
         ("prompt_tokens", pa.int32(), cols["prompt_tokens"]),
@@ -542,14 +601,35 @@ def build_rollout_table(batches: list[RolloutBatch], decode: Any = None, markup:
     ]
     fields += [(REWARD_PREFIX + name, pa.float64(), per_func[name]) for name in reward_names]
     schema = pa.schema([pa.field(name, tp) for name, tp, _ in fields])
-    return pa.Table.from_arrays([pa.array(values, type=tp) for _, tp, values in fields], schema=schema)
+    return pa.Table.from_arrays([pa.array(values, type=tp) for _, tp, values in fields], schema=schema), repaired
 
 
-def wandb_rows(table: Any, per_task: int) -> tuple[list[str], list[list[Any]]]:
-    """A small sample for a W&B table: ``per_task`` rows per task, from distinct groups first; texts cut."""
+def _clean_text(text: str) -> str:
+    """``text``, or a copy with lone surrogates replaced by U+FFFD (Arrow holds valid UTF-8 only)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _columns_json(batch: RolloutBatch, names: list[str], row: int) -> str:
+    if not names:
+        return "{}"
+    values = {k: batch.columns[k][row] if row < len(batch.columns[k]) else None for k in names}
+    return _clean_text(json.dumps(values, default=str, ensure_ascii=False))
+
+
+def wandb_rows(table: Any, per_task: int, decode: Any = None) -> tuple[list[str], list[list[Any]]]:
+    """A small sample for a W&B table: ``per_task`` rows per task, from distinct groups first; texts cut.
+
+    Prompts and completions are decoded from their ids with special tokens kept (``decode``), for the sampled
+    rows only; without a decoder the completion is the reward functions' text.
+    """
     data = table.select(
-        ["step", "task", "group", "reward", "advantage", "truncated", "think_kind", "prompt", "completion"]
-    ).to_pylist()
+        ["step", "task", "group", "reward", "advantage", "truncated", "think_kind", "prompt_ids", "completion_ids",
+         "completion_text"]
+    ).to_pylist()  # fmt: skip
     by_task: dict[str, list[int]] = {}
     for i, row in enumerate(data):
         by_task.setdefault(row["task"], []).append(i)
@@ -575,8 +655,8 @@ def wandb_rows(table: Any, per_task: int) -> tuple[list[str], list[list[Any]]]:
             seen_groups.add(data[i]["group"])
         for i in (firsts + rest)[:per_task]:
             row = data[i]
-            text = row["completion"] or ""
-            prompt = row["prompt"] or ""
+            text = decode(row["completion_ids"]) if decode is not None else row["completion_text"] or ""
+            prompt = decode(row["prompt_ids"]) if decode is not None and row["prompt_ids"] else ""
             rows.append(
                 [
                     row["step"],
@@ -599,11 +679,4 @@ def _finite(value: float | None) -> float | None:
     if value is None:
         return None
     value = float(value)
-    return None if math.isnan(value) else value
-
-
-def _prompt_fallback(prompt: Any) -> str:
-    """Prompt text when no decoder is available (pure unit tests): the raw prompt as given to the trainer."""
-    if isinstance(prompt, str):
-        return prompt
-    return json.dumps(prompt, ensure_ascii=False, default=str)
+    return None if not math.isfinite(value) else value

@@ -34,3 +34,38 @@ def all_reduce_ints(values: Sequence[int], op: str = "sum", device: Any = None) 
     tensor = torch.tensor([int(v) for v in values], dtype=torch.long, device=_device(device))
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
     return [int(v) for v in tensor.tolist()]
+
+
+def all_gather_rows(local: torch.Tensor) -> torch.Tensor:
+    """``[rows, k]`` on each rank -> ``[ranks * rows, k]`` (rank order) on every rank, on the tensor's device.
+
+    Every rank must pass the same shape (TRL gives every rank the same number of rows per batch).
+    """
+    if not distributed():
+        return local
+    dist = torch.distributed
+    device = _device(local.device if local.device.type != "cpu" else None)
+    local = local.to(device).contiguous()
+    parts = [torch.empty_like(local) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, local)
+    return torch.cat(parts, dim=0)
+
+
+def all_gather_objects(obj: Any) -> list[Any]:
+    """One picklable object per rank, on every rank (rank order)."""
+    if not distributed():
+        return [obj]
+    out: list[Any] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(out, obj)
+    return out
+
+
+def gather_objects_to_main(obj: Any) -> list[Any] | None:
+    """One picklable object per rank, on rank 0 only (None elsewhere): text moves to the writer, not to all."""
+    if not distributed():
+        return [obj]
+    dist = torch.distributed
+    main = dist.get_rank() == 0
+    out: list[Any] | None = [None] * dist.get_world_size() if main else None
+    dist.gather_object(obj, out, dst=0)
+    return out

@@ -33,11 +33,13 @@ Metrics (``rl_guards/masking/...``):
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from rl_guards.config import GuardsConfig, MaskingConfig
@@ -255,6 +257,12 @@ def grpo_mask_flags(
     return GRPOMaskFlags(rows=rows, completion_bad=bad, prompt_bad=prompt_bad, loss=loss, content_end=content_end)
 
 
+def _row_bits(flags: GRPOMaskFlags) -> torch.Tensor:
+    """Per row, a bitmask of the rules it breaks (bit ``k`` = ``GRPO_KINDS[k]``), on the batch's device."""
+    weights = 2 ** torch.arange(flags.rows.size(1), device=flags.rows.device, dtype=torch.long)
+    return (flags.rows.long() * weights).sum(dim=1)
+
+
 def _row_counts(flags: GRPOMaskFlags) -> torch.Tensor:
     """Rows per kind (GRPO_KINDS order), then rows breaking any rule: ``len(GRPO_KINDS) + 1`` integers."""
     return torch.cat([flags.rows.sum(dim=0), flags.rows.any(dim=1).sum().unsqueeze(0)])
@@ -364,6 +372,7 @@ class GRPOMaskGuard(Guard):
 
     name: ClassVar[str] = "masking"
     config_field: ClassVar[str] = "masking"
+    TENSOR_FEATURES: ClassVar[tuple[str, ...]] = ("kinds", "checked")  # computed on the device (tensor_features)
 
     def __init__(self, config: GuardsConfig) -> None:
         super().__init__(config)
@@ -373,6 +382,8 @@ class GRPOMaskGuard(Guard):
         self._tool_markers: tuple[list[int], list[int]] | None = None
         self._tool_markers_done = False
         self._markup: dict[int, bool] = {}  # token id -> think tag or whitespace only (decoded once)
+        # (output, flags, per-row bitmask) of the batch check_tensors staged for on_batch (adapter path)
+        self._staged: tuple[Mapping[str, Any], GRPOMaskFlags, torch.Tensor] | None = None
 
     # ----- state -------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -418,27 +429,113 @@ class GRPOMaskGuard(Guard):
         return [t for t, is_markup in self._markup.items() if is_markup]
 
     def check_tensors(self, output: Mapping[str, Any], report: Reporter) -> None:
-        """Check one rollout batch (local rows); all ranks reach the same verdict."""
+        """Check one rollout batch (local rows); all ranks reach the same verdict.
+
+        Under the TRL adapter (``report.session.defer``) this only computes the per-row rule bitmask on the batch's
+        device (:meth:`tensor_features`, no host transfer); the adapter gathers it with the other per-row features
+        and :meth:`on_batch` decides. Called on its own, it checks, reduces over ranks and reports at once.
+        """
         self.calls += 1
+        self._staged = None
         if (self.calls - 1) % self.config.check_every:
             return
+        if report.session.defer:
+            flags = self._flags(output)
+            self._staged = (output, flags, _row_bits(flags))
+            return
+        self._check_now(output, report)
+
+    def _flags(self, output: Mapping[str, Any]) -> GRPOMaskFlags:
         mask_truncated = bool(getattr(self.ctx.args, "mask_truncated_completions", False))
+        head, tail = self._tool_result_markers() if output.get("tool_mask") is not None else ([], [])
+        return grpo_mask_flags(
+            output,
+            eos_token_ids=self._eos_token_ids(),
+            pad_token_id=self._pad_token_id(),
+            mask_truncated=mask_truncated,
+            tool_head_ids=head,
+            tool_tail_ids=tail,
+            markup_ids=self._markup_ids(output),
+        )
+
+    def tensor_features(self, rows: int, device: Any) -> dict[str, torch.Tensor]:
+        """Per-row ``kinds`` bitmask of the batch staged by :meth:`check_tensors` (zeros when it was not checked),
+        and ``checked`` (1 on every row of a checked batch), on the batch's device."""
+        if self._staged is None:
+            zeros = torch.zeros(rows, dtype=torch.float64, device=device)
+            return {"kinds": zeros, "checked": zeros}
+        bits = self._staged[2].to(torch.float64)
+        return {"kinds": bits, "checked": torch.ones_like(bits)}
+
+    def on_batch(self, batch: Any, report: Reporter) -> None:
+        """Decide from the gathered per-row bitmask (every rank holds the same numbers)."""
+        feats = batch.features
+        if "masking/kinds" not in feats or not any(feats.get("masking/checked", [])):
+            return
+        bits = np.asarray(feats["masking/kinds"], dtype=np.int64)
+        kinds = M.GRPO_KINDS
+        broken = [(bits >> k) & 1 for k in range(len(kinds))]
+        counts = [int(b.sum()) for b in broken] + [int((bits != 0).sum())]
+        self.checked += 1
+        report.metric("checked_batches", float(self.checked))
+        report.metric("violating_rows", float(counts[len(kinds)]))
+        if not counts[len(kinds)]:
+            return
+        global_report = _report_from_counts(counts, len(bits), None)
+        for k, kind in enumerate(kinds):
+            if counts[k]:
+                global_report.rows[kind] = np.flatnonzero(broken[k]).tolist()
+        for kind in global_report.kinds:
+            shown = global_report.rows[kind][: self.config.max_rows_shown]
+            report.violation(
+                kind,
+                lambda kind=kind, shown=shown: self._global_message(kind, global_report, batch, shown),
+                MaskingError,
+                rows=shown,
+            )
+
+    def row_evidence(self, batch: Any, row: int) -> str | None:
+        """The row rendered with its loss mask, for every rule it breaks (JSON: kind -> rendering)."""
+        if self._staged is None or row not in batch.held_rows:
+            return None
+        output, flags, _ = self._staged
+        local = row - batch.held_rows.start
+        if local >= flags.rows.size(0):
+            return None
+        broken = flags.rows[local].tolist()
+        views = {
+            kind: self._render_row(kind, local, flags, output)
+            for kind, b in zip(M.GRPO_KINDS, broken, strict=True)
+            if b
+        }
+        return json.dumps(views) if views else None
+
+    def _global_message(self, kind: str, global_report: M.MaskReport, batch: Any, shown: list[int]) -> str:
+        what, fix = RULES[kind]
+        output = self._staged[0] if self._staged is not None else {}
+        if kind == M.POST_EOS and output.get("tool_mask") is not None:
+            fix += " With tools, tool_mask must be 0 from the token right after the model's EOS to the next turn."
+        n, total = global_report.counts[kind], global_report.num_rows
+        lines = [f"{kind}: {n} of {total} rows {what}."]
+        others = [k for k in global_report.kinds if k != kind]
+        if others:
+            lines[0] += " Also: " + ", ".join(f"{k} ({global_report.counts[k]})" for k in others) + "."
+        lines.append(M.LEGEND)
+        for row in shown:
+            text = batch.evidence.get((self.name, row)) or self.row_evidence(batch, row)
+            view = json.loads(text).get(kind) if text else None
+            lines.append(f"row {row}: " + (view if view is not None else "(rendered on the rank that holds it)"))
+        lines.append(f"Fix: {fix}")
+        return "\n".join(lines)
+
+    def _check_now(self, output: Mapping[str, Any], report: Reporter) -> None:
         n_kinds = len(M.GRPO_KINDS)
         ids = output.get("completion_ids")
         device = ids.device if isinstance(ids, torch.Tensor) else torch.device("cpu")
         flags: GRPOMaskFlags | None = None
         failure: Exception | None = None
         try:
-            head, tail = self._tool_result_markers() if output.get("tool_mask") is not None else ([], [])
-            flags = grpo_mask_flags(
-                output,
-                eos_token_ids=self._eos_token_ids(),
-                pad_token_id=self._pad_token_id(),
-                mask_truncated=mask_truncated,
-                tool_head_ids=head,
-                tool_tail_ids=tail,
-                markup_ids=self._markup_ids(output),
-            )
+            flags = self._flags(output)
             local = torch.cat([_row_counts(flags), torch.tensor([flags.rows.size(0)], device=device)]).long()
         except Exception as exc:  # still join the collective below, or the other ranks would hang
             failure = exc

@@ -9,20 +9,25 @@
 
 What it wraps (on the instance, never the class):
 
-- ``_calculate_rewards``: to see the rows exactly as the reward functions saw them (dataset columns such as
-  ``task``, completion text and ids) and the rewards of every function, gathered over ranks.
+- ``_calculate_rewards``: to see this rank's rows exactly as the reward functions saw them (dataset columns such
+  as ``task``, completion text and ids) and the rewards of every function (TRL gathers those over ranks).
 - ``_generate_and_score_completions``: to see the tensors the loss will use (masks, advantages).
 
-Per generation batch, on every rank::
+Per generation batch, on every rank (cost flat in the number of ranks: each rank looks at its own rows)::
 
     output = trainer._generate_and_score_completions(inputs)   # TRL
-    masking.check_tensors(output)                              # local tensors, one reduction
-    batch = gather rows -> RolloutBatch                        # same on every rank
-    for guard in guards: guard.on_batch(batch, reporter)
-    trainer._metrics[mode] += guard metrics                    # -> trainer.log -> log_history / W&B
+    masking.check_tensors(output)          # per-row rule bits, on the batch's device (no sync)
+    scan(own rows) for think tags, slicing  # per-row numbers, this rank's rows only
+    all_gather([rows, features])           # numbers only (~16 floats a row); the batch's one host transfer
+    for guard in guards: guard.on_batch(batch, reporter)   # every rank decides from the same numbers
+    all_reduce([stop, guard, need_text])   # all ranks stop together
+    text moves only for a message that shows rows, and to the main process for a dump
+    trainer._metrics[mode] += guard metrics                 # -> trainer.log -> log_history / W&B
 
-Both methods are private TRL API (stable from 0.19 to 1.16). They are checked at install; when they are
-missing, the guards that need them are reported unavailable and the others still run.
+Dumps are written by a background thread (:mod:`rl_guards.rollouts.writer`); a checkpoint's dump is on disk
+before the trainer writes the checkpoint. Both methods are private TRL API (stable from 0.19 to 1.16). They are
+checked at install; when they are missing, the guards that need them are reported unavailable and the others
+still run.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from rl_guards.config import GuardsConfig
 from rl_guards.core.batch import RolloutBatch, nan_to_none
 from rl_guards.core.completions import completion_text
 from rl_guards.core.run_summary import task_summary_text
-from rl_guards.core.task_labels import TaskLabels, task_name
+from rl_guards.core.task_labels import TaskLabels, task_hash, task_name
 from rl_guards.core.think_markup import prompts_open_block
 from rl_guards.errors import ConfigError, GuardError, IncompatibleTrainerError
 from rl_guards.guards.base import Finding, Guard, GuardSession, RunContext, run_hook
@@ -53,6 +58,8 @@ REQUIRED_METHODS = ("_generate_and_score_completions", "_calculate_rewards")
 REQUIRED_OUTPUT_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages")
 # Dataset columns never copied into RolloutBatch.columns (TRL's own or too large to gather).
 _SKIP_COLUMNS = frozenset({"prompt", "completion", "completion_ids", "images", "image"})
+# Per-row numbers every rank contributes for its rows (then guards' features): the gathered batch.
+BASE_FEATURES = ("ok", "advantage", "task", "length", "truncated", "thinking", "prompt_opened")
 
 
 def install(
@@ -103,12 +110,18 @@ class GuardRun(TrainerCallback, ExportableState):
         self._pending_rewards: tuple[Any, ...] | None = None
         self._restored = False
         self.task_labels = TaskLabels(config.tasks.max_tasks)
+        self.session.defer = True  # stops and row-showing messages settle once the batch's text is in place
+        self._step_batches: list[RolloutBatch] = []  # this step's train batches (a checkpoint dumps them)
+        self._filled_on_main: set[int] = set()  # ids of batches whose rows the main process already holds
+        self._task_registry: dict[int, str] = {}  # task_hash -> name, the same on every rank
 
         self.guards: list[Guard] = [cls(config) for cls in guard_classes]
         self.guards = [g for g in self.guards if g.enabled]
         self.ctx = self._build_context()
         self.markup = markup_from_config(config.think_tags, self.ctx.template_text)
-        self.task_labels.seed(_dataset_task_counts(self.ctx.train_dataset, config.tasks))
+        counts = _dataset_task_counts(self.ctx.train_dataset, config.tasks)
+        self.task_labels.seed(counts)
+        self._task_registry.update({task_hash(name): name for name in counts})
         for guard in self.guards:
             guard.setup(self.ctx)
         self._configure_reward_funcs()
@@ -214,56 +227,80 @@ class GuardRun(TrainerCallback, ExportableState):
         return "train" if getattr(model, "training", True) else "eval"
 
     def _after_generation(self, output: dict[str, Any]) -> None:
+        """One generation batch, on every rank: shard-local scans, one gather of numbers, global decisions.
+
+        Collectives, in the same order on every rank whatever happens locally: the per-row feature gather, a name
+        exchange (only when a task name is new), the decision all_reduce, and only when a message or a dump needs
+        it, the text of the rows concerned.
+        """
         missing = [k for k in REQUIRED_OUTPUT_KEYS if k not in output]
-        if missing:
+        pending, self._pending_rewards = self._pending_rewards, None
+        if missing or pending is None:
             key = ("hook", "missing_keys")
             if key not in self.session.counts:
                 logger.warning("rl_guards: rollout batch lacks %s; batch guards skipped (TRL drift).", missing)
             self.session.counts[key] += 1
             return
         step = int(self.trainer.state.global_step)
-        stop = self._run_guards("check_tensors", step, output)
-        pending, self._pending_rewards = self._pending_rewards, None
-        # Built even when the mask check stops the run: the offending batch is dumped as evidence.
-        batch = self._build_batch(output, pending, step) if pending is not None else None
-        if batch is not None:
-            self.batches_seen += 1
-            self.last_batch = batch
-            stop = self._run_guards("on_batch", step, batch) or stop
-        stop = self._agree(stop, step)
-        if stop is not None and batch is not None:
+        self._run_guards("check_tensors", step, output)  # the mask check stages per-row bits on the device
+        batch = self._gather_batch(output, pending, step)
+        if batch is None:  # some rank could not build its rows: skipped on every rank, no hang
+            self._decide(None, step, need_text=False)
+            self._flush_metrics()
+            return
+        self.batches_seen += 1
+        self.last_batch = batch
+        if batch.mode == "train":
+            self._step_batches = [b for b in self._step_batches if b.step == step] + [batch]
+        raised = self._run_guards("on_batch", step, batch)
+        needed = self.session.pending_rows()
+        stop, need_text = self._decide(raised, step, need_text=any(not batch.holds(r) for r in needed))
+        if need_text:
+            self._fill_rows([batch], everywhere=True, rows=needed)
+        if stop is not None or any(g.wants_rows(batch) for g in self.guards if hasattr(g, "wants_rows")):
+            self._fill_rows([batch], everywhere=False)
+        self._run_guards("after_batch", step, batch)
+        error = self.session.settle()  # messages rendered now that their rows are here
+        if stop is not None:
+            stop = self._share_stop(raised or error, stop)
             self._on_stop(batch, step)
         self._flush_metrics()
         if stop is not None:
             raise stop
 
     def _run_guards(self, hook: str, step: int, *args: Any) -> GuardError | None:
-        """Call ``hook`` on every guard that has it; the first GuardError is returned once all have run.
+        """Call ``hook`` on every guard that has it; the first GuardError a guard raised itself is returned.
 
-        The guards after a stopping one still run, so the failing batch's metrics and findings are complete.
+        Raise-mode violations do not raise here (the session defers them to :meth:`GuardSession.settle`), so the
+        guards after a stopping one still run and the failing batch's metrics and findings are complete.
         """
         stop: GuardError | None = None
         for guard in self.guards:
             if not hasattr(guard, hook):
                 continue
             try:
-                run_hook(guard, hook, self.session, step, *args)
+                run_hook(guard, hook, self.session, step, *args, settle=False)
             except GuardError as exc:
                 stop = stop or exc
         return stop
 
-    def _agree(self, stop: GuardError | None, step: int) -> GuardError | None:
-        """All ranks stop together: when a guard stops on any rank, every rank stops (one small all_reduce).
+    def _decide(self, raised: GuardError | None, step: int, *, need_text: bool) -> tuple[GuardError | None, bool]:
+        """Stop or not, fetch text or not: one decision for all ranks (one all_reduce of three integers, max).
 
         Every rank calls this at the same points, stopping or not, so no rank is left waiting in a collective.
         """
+        stop = raised
+        stopping = self.session.stopping
+        if stop is None and stopping is not None:  # its message is rendered at settle(); this only carries the guard
+            stop = GuardError(f"[rl_guards/{stopping.guard}] {stopping.kind}", guard=stopping.guard, step=step)
         if self.ctx.world_size <= 1 or not collectives.distributed():
-            return stop
+            return stop, need_text
         names = [g.name for g in self.guards]
         mine = names.index(stop.guard) + 1 if stop is not None and stop.guard in names else 0
-        device = getattr(getattr(self.trainer, "accelerator", None), "device", None)
-        stopping, index = collectives.all_reduce_ints([int(stop is not None), mine], op="max", device=device)
-        if stop is None and stopping:
+        stopping_any, index, text = collectives.all_reduce_ints(
+            [int(stop is not None), mine, int(need_text)], op="max", device=self._device()
+        )
+        if stop is None and stopping_any:
             name = names[index - 1] if index else "hook"
             stop = GuardError(
                 f"[rl_guards/{name}] a guard stopped the run on another rank at step {step}; this rank stops with "
@@ -271,7 +308,10 @@ class GuardRun(TrainerCallback, ExportableState):
                 guard=name,
                 step=step,
             )
-        return stop
+        return stop, bool(text)
+
+    def _device(self) -> Any:
+        return getattr(getattr(self.trainer, "accelerator", None), "device", None)
 
     def _on_stop(self, batch: RolloutBatch, step: int) -> None:
         """A guard is stopping the run: let the others save evidence (the recorder dumps the batch)."""
@@ -281,67 +321,226 @@ class GuardRun(TrainerCallback, ExportableState):
             except GuardError:  # already stopping; a second stop adds nothing
                 pass
 
-    def _build_batch(self, output: dict[str, Any], pending: tuple[Any, ...], step: int) -> RolloutBatch | None:
-        """The gathered batch, or None when some rank could not build its rows.
+    # ----- the batch: this rank's rows, then numbers for every row -----------------------------------------
+    def _gather_batch(self, output: dict[str, Any], pending: tuple[Any, ...], step: int) -> RolloutBatch | None:
+        """The batch every guard sees: per-row numbers gathered from every rank, text for this rank's rows.
 
-        Every rank joins the same collectives in the same order whatever happens locally, so a failure on one
-        rank skips this batch's guards on all ranks instead of leaving the others waiting in a gather.
+        Returns None (on every rank alike) when some rank could not build its rows.
         """
+        import numpy as np
         import torch
 
-        trainer = self.trainer
+        rewards = torch.as_tensor(pending[4]).detach().float().cpu()  # TRL gathered them: every row, every rank
+        n_local = len(pending[0])
+        n_global = int(rewards.shape[0])
+        start = self.ctx.process_index * n_local if n_global != n_local else 0  # TRL's process slice
+        held = range(start, start + n_local)
+        feature_names = self._feature_names()
+        host_names = [n for n in feature_names if n not in self._tensor_feature_names()]
+        batch = None
         error = None
         try:
-            local_rows = self._local_rows(output, pending)
+            batch = self._shell_batch(output, pending, step, rewards, held)
+            host = self._host_features(batch, output)
+            values = torch.tensor([host[n] for n in host_names], dtype=torch.float64).reshape(len(host_names), -1).T
         except Exception as exc:  # the hook's own bug: never fatal, never a hang
-            local_rows, error = [], f"{type(exc).__name__}: {exc}"
-        parts = _gather_objects(trainer, [{"error": error, "rows": local_rows}])
-        advantages = output["advantages"]
-        accelerator = getattr(trainer, "accelerator", None)
-        if accelerator is not None and self.ctx.world_size > 1:
-            advantages = accelerator.gather(advantages.contiguous())
-        errors = [p["error"] for p in parts if p["error"]]
-        if errors:
+            error = f"{type(exc).__name__}: {exc}"
+            values = torch.zeros((n_local, len(host_names)), dtype=torch.float64)
+        device_feats = self._device_features(n_local)
+        if device_feats is not None:
+            values = torch.cat([values.to(device_feats.device), device_feats], dim=1)
+        gathered = collectives.all_gather_rows(values).cpu().numpy()  # the batch's one host transfer
+        columns = dict(zip(feature_names, gathered.T, strict=True))
+        if error is not None or not (columns["ok"] == 1).all() or batch is None:
             self.session.record(
-                Finding("hook", "internal_error", "warning", f"batch guards skipped at step {step}: {errors[0]}", step),
+                Finding(
+                    "hook",
+                    "internal_error",
+                    "warning",
+                    f"batch guards skipped at step {step}: {error or 'another rank could not build its rows'}",
+                    step,
+                ),
                 warn=True,
             )
             return None
-        rows = [row for part in parts for row in part["rows"]]
-        raw_tasks = [r["task"] for r in rows]
-        tasks = self._task_labels(raw_tasks, step)
-        rewards_per_func = pending[4]
-        adv_list = [float(a) for a in advantages.detach().float().cpu().tolist()]
-        rewards = [nan_to_none(r) for r in torch.as_tensor(rewards_per_func).detach().float().cpu().tolist()]
-        weights = getattr(trainer, "reward_weights", None)
-        weight_list = [float(w) for w in weights.tolist()] if weights is not None else [1.0] * len(rewards[0])
+        names = self._task_names_of(columns["task"].astype(np.int64), batch.raw_tasks, held)
+        batch.raw_tasks = names
+        batch.tasks = self._task_labels(names, step)
+        batch.advantages = columns["advantage"].tolist()
+        batch.completion_lengths = columns["length"].astype(np.int64).tolist()
+        batch.truncated = (columns["truncated"] != 0).tolist()
+        batch.thinking = [None if v < 0 else bool(v) for v in columns["thinking"].tolist()]
+        batch.prompt_opened = (columns["prompt_opened"] != 0).tolist()
+        batch.features = {n: columns[n].tolist() for n in feature_names if "/" in n}
+        batch.__post_init__()
+        return batch
+
+    def _feature_names(self) -> list[str]:
+        """Columns of the per-row feature tensor, the same on every rank: base numbers, then guards' features."""
+        names = list(BASE_FEATURES)
+        names += [f"{g.name}/{f}" for g in self.guards for f in getattr(g, "FEATURES", ())]
+        return names + self._tensor_feature_names()
+
+    def _tensor_feature_names(self) -> list[str]:
+        return [f"{g.name}/{f}" for g in self.guards for f in getattr(g, "TENSOR_FEATURES", ())]
+
+    def _device_features(self, rows: int) -> Any:
+        """Features guards computed on the batch's device (the mask check's bits): ``[rows, k]`` or None."""
+        import torch
+
+        columns = []
+        for guard in self.guards:
+            names = getattr(guard, "TENSOR_FEATURES", ())
+            if not names:
+                continue
+            try:
+                feats = guard.tensor_features(rows, self._device())
+                columns += [feats[n].reshape(rows).to(torch.float64) for n in names]
+            except Exception as exc:  # zeros: the guard sees an unchecked batch
+                logger.warning("rl_guards: %s features failed: %s", guard.name, exc)
+                columns += [torch.zeros(rows, dtype=torch.float64, device=self._device()) for _ in names]
+        return torch.stack(columns, dim=1) if columns else None
+
+    def _shell_batch(
+        self, output: dict[str, Any], pending: tuple[Any, ...], step: int, rewards: Any, held: range
+    ) -> RolloutBatch:
+        """The batch shaped for every row, holding this rank's rows only (numbers of other rows come later)."""
+        trainer = self.trainer
+        rows = self._local_rows(output, pending)
+        n = int(rewards.shape[0])
         mode = self._mode()
         num_generations = trainer.num_generations if mode == "train" else getattr(trainer, "num_generations_eval", 1)
-        all_columns: dict[str, list[Any]] = {}
-        for name in sorted({k for r in rows for k in r["columns"]}):
-            all_columns[name] = [r["columns"].get(name) for r in rows]
+        weights = getattr(trainer, "reward_weights", None)
+        reward_values = [nan_to_none(r) for r in rewards.tolist()]
+        weight_list = [float(w) for w in weights.tolist()] if weights is not None else [1.0] * rewards.shape[1]
+
+        def spread(key: str, fill: Any) -> list[Any]:
+            out = [fill] * n
+            for i, row in zip(held, rows, strict=True):
+                out[i] = row[key]
+            return out
+
+        column_names = sorted({k for r in rows for k in r["columns"]})
+        columns = {name: [None] * n for name in column_names}
+        for i, row in zip(held, rows, strict=True):
+            for name, value in row["columns"].items():
+                columns[name][i] = value
+        advantages = [0.0] * n
+        for i, value in zip(held, output["advantages"].detach().float().cpu().tolist(), strict=False):
+            advantages[i] = float(value)
         return RolloutBatch(
             step=step,
             mode=mode,
             num_generations=int(num_generations or 1),
             reward_names=list(self.ctx.reward_func_names),
             reward_weights=weight_list,
-            rewards=rewards,
-            advantages=adv_list,
-            tasks=tasks,
-            raw_tasks=raw_tasks,
-            completions=[r["completion"] for r in rows],
-            completion_ids=[r["completion_ids"] for r in rows],
-            prompt_ids=[r["prompt_ids"] for r in rows],
-            truncated=[r["truncated"] for r in rows],
-            thinking=[r["thinking"] for r in rows],
+            rewards=reward_values,
+            advantages=advantages,
+            tasks=spread("task", ""),
+            raw_tasks=spread("task", ""),
+            completions=spread("completion", None),
+            completion_ids=spread("completion_ids", []),
+            prompt_ids=spread("prompt_ids", []),
+            truncated=spread("truncated", False),
+            thinking=spread("thinking", None),
             max_completion_length=int(getattr(trainer.args, "max_completion_length", 0) or 0),
-            prompts=[r["prompt"] for r in rows],
-            columns=all_columns,
+            prompts=spread("prompt", None),
+            columns=columns,
             decode=self.ctx.decode,
             epoch=float(trainer.state.epoch or 0.0),
-            prompt_opened=[r["prompt_opened"] for r in rows],
+            prompt_opened=spread("prompt_opened", False),
+            local_rows=held if n != len(held) else None,
         )
+
+    def _host_features(self, batch: RolloutBatch, output: dict[str, Any]) -> dict[str, list[float]]:
+        """The base numbers and every guard's ``scan`` features of the held rows (zeros for a failing guard)."""
+        held = batch.held_rows
+        out: dict[str, list[float]] = {
+            "ok": [1.0] * len(held),
+            "advantage": [batch.advantages[i] for i in held],
+            "task": [float(task_hash(batch.raw_tasks[i])) for i in held],
+            "length": [float(len(batch.completion_ids[i])) for i in held],
+            "truncated": [float(batch.truncated[i]) for i in held],
+            "thinking": [-1.0 if batch.thinking[i] is None else float(batch.thinking[i]) for i in held],
+            "prompt_opened": [float(batch.prompt_opened[i]) for i in held],
+        }
+        for guard in self.guards:
+            names = getattr(guard, "FEATURES", ())
+            if not names:
+                continue
+            feats: dict[str, list[float]] = {}
+            try:
+                feats = guard.scan(batch)
+            except Exception as exc:  # a guard's own bug: counted, its features read as zeros
+                self.session.record(
+                    Finding(
+                        guard.name, "internal_error", "warning", f"scan failed: {type(exc).__name__}: {exc}", batch.step
+                    ),
+                    warn=True,
+                )
+            for name in names:
+                values = feats.get(name)
+                out[f"{guard.name}/{name}"] = (
+                    list(values) if values is not None and len(values) == len(held) else [0.0] * len(held)
+                )
+        return out
+
+    def _task_names_of(self, hashes: Any, local_names: list[str], held: range) -> list[str]:
+        """Every row's task name from the gathered ids; names new to the run are exchanged once, in sorted order."""
+        known = self._task_registry
+        unknown = sorted({int(h) for h in hashes} - known.keys())
+        if unknown:
+            wanted = set(unknown)
+            mine = {task_hash(local_names[i]): local_names[i] for i in held}
+            for part in collectives.all_gather_objects({h: t for h, t in mine.items() if h in wanted}):
+                known.update(part)
+        return [known.get(int(h), "") for h in hashes]
+
+    def _fill_rows(self, batches: list[RolloutBatch], *, everywhere: bool, rows: set[int] | None = None) -> None:
+        """Bring rows' text to the main process (dumps) or to every rank (messages); only with several ranks.
+
+        Collective: every rank calls it with the same batches. ``rows`` limits it to the rows a message shows;
+        for messages, guards' :meth:`~rl_guards.guards.base.Guard.row_evidence` of the rows travels too.
+        """
+        if self.ctx.world_size <= 1 or not collectives.distributed():
+            return
+        todo = [b for b in batches if everywhere or id(b) not in self._filled_on_main]
+        if not todo:
+            return
+        payload: dict[tuple[int, int], dict[str, Any]] = {}
+        for b, batch in enumerate(todo):
+            for row in batch.local_rows or ():
+                if rows is not None and row not in rows:
+                    continue
+                item = {
+                    "completion": batch.completions[row],
+                    "completion_ids": batch.completion_ids[row],
+                    "prompt_ids": batch.prompt_ids[row],
+                    "prompt": batch.prompts[row] if row < len(batch.prompts) else None,
+                    "columns": {k: v[row] for k, v in batch.columns.items()},
+                }
+                if everywhere:
+                    item["evidence"] = {
+                        g.name: text for g in self.guards if (text := _safe_evidence(g, batch, row)) is not None
+                    }
+                payload[(b, row)] = item
+        parts = collectives.all_gather_objects(payload) if everywhere else collectives.gather_objects_to_main(payload)
+        if not everywhere:
+            self._filled_on_main.update(id(b) for b in todo)
+        for part in parts or []:
+            for (b, row), item in part.items():
+                batch = todo[b]
+                if batch.local_rows is not None and row in batch.local_rows:
+                    continue
+                batch.completions[row] = item["completion"]
+                batch.completion_ids[row] = item["completion_ids"]
+                batch.prompt_ids[row] = item["prompt_ids"]
+                if row < len(batch.prompts):
+                    batch.prompts[row] = item["prompt"]
+                for name, value in item["columns"].items():
+                    batch.columns.setdefault(name, [None] * len(batch))[row] = value
+                for guard_name, text in item.get("evidence", {}).items():
+                    batch.evidence[(guard_name, row)] = text
 
     def _task_labels(self, names: list[str], step: int) -> list[str]:
         """Metric labels of the batch's tasks under ``tasks.max_tasks``; says once when the cap applies."""
@@ -424,10 +623,9 @@ class GuardRun(TrainerCallback, ExportableState):
         step = int(state.global_step)
         self.session.phase = "begin"
         try:
-            stop = self._run_guards("on_train_begin", step)
+            stop = self._settled(self._run_guards("on_train_begin", step), step)
         finally:
             self.session.phase = "run"
-        stop = self._agree(stop, step)
         self._share_template_verdict()
         # The model is not yet in train mode here; these metrics belong to the first training log.
         self._flush_metrics("train")
@@ -437,8 +635,16 @@ class GuardRun(TrainerCallback, ExportableState):
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         # The trainer saves a checkpoint right after this event: evidence tied to it (the checkpoint's rollout
         # dump) is written first, so a kill during or after the save never leaves a checkpoint without it.
+        step = int(state.global_step)
+        final = bool(getattr(control, "should_training_stop", False)) or step >= int(
+            getattr(state, "max_steps", 0) or 0
+        )
+        self._dispatch("on_step_end", step, final)
         if getattr(control, "should_save", False):
-            self._dispatch("before_save", int(state.global_step), self._checkpoint_dir(args, state))
+            if any(hasattr(g, "wants_rows") for g in self.guards):  # the checkpoint's dump needs its rows
+                self._fill_rows(self._step_batches, everywhere=False)
+            self._dispatch("before_save", step, self._checkpoint_dir(args, state))
+        self._flush_metrics("train")  # before the trainer's log of this step
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._dispatch("on_save", int(state.global_step), self._checkpoint_dir(args, state))
@@ -454,10 +660,31 @@ class GuardRun(TrainerCallback, ExportableState):
 
     def _dispatch(self, hook: str, step: int, *args: Any) -> None:
         """Run a trainer event's hook on every guard; all ranks stop together if one stops."""
-        stop = self._agree(self._run_guards(hook, step, *args), step)
+        stop = self._settled(self._run_guards(hook, step, *args), step)
         if stop is not None:
             self._flush_metrics()
             raise stop
+
+    def _settled(self, raised: GuardError | None, step: int) -> GuardError | None:
+        """Agree across ranks, then render this rank's messages: the error to raise on this rank, or None."""
+        stop, _ = self._decide(raised, step, need_text=False)
+        error = self.session.settle()
+        return self._share_stop(raised or error, stop) if stop is not None else None
+
+    def _share_stop(self, own: GuardError | None, agreed: GuardError) -> GuardError:
+        """The error this rank raises: its own, else the stopping rank's, message and all (ranks that stop only
+        because another did would otherwise fail first with a message that says nothing). Collective: every rank
+        that stops calls it, and when one stops all do."""
+        if self.ctx.world_size <= 1 or not collectives.distributed():
+            return own or agreed
+        texts = collectives.all_gather_objects(None if own is None else (own.guard, str(own)))
+        if own is not None:
+            return own
+        first = next((t for t in texts if t is not None), None)
+        if first is None:
+            return agreed
+        guard, text = first
+        return GuardError(f"{text}\n(stopped on another rank; this rank stops with it)", guard=guard, step=agreed.step)
 
     @staticmethod
     def _checkpoint_dir(args: Any, state: Any) -> str:
@@ -546,13 +773,12 @@ def _dataset_task_counts(dataset: Any, tasks: Any) -> dict[str, int]:
     return counts
 
 
-def _gather_objects(trainer: Any, rows: list[Any]) -> list[Any]:
-    accelerator = getattr(trainer, "accelerator", None)
-    if accelerator is None or accelerator.num_processes <= 1:
-        return rows
-    from accelerate.utils import gather_object
-
-    return list(gather_object(rows))
+def _safe_evidence(guard: Guard, batch: RolloutBatch, row: int) -> str | None:
+    try:
+        return guard.row_evidence(batch, row)
+    except Exception as exc:  # evidence is best effort: the message says the row could not be rendered
+        logger.warning("rl_guards: %s could not render row %s: %s", guard.name, row, exc)
+        return None
 
 
 __all__ = ["GuardError", "GuardRun", "install"]

@@ -31,13 +31,17 @@ def main(out_dir: str) -> None:
     rank = int(os.environ.get("RANK", "0"))
 
     class BatchTap(Guard):
-        """Writes each gathered batch this rank saw, to compare ranks and replay in one process."""
+        """Writes each batch this rank saw (numbers for every row, text for the rows it holds), to compare ranks
+        and to replay the merged rows in one process."""
 
         name: ClassVar[str] = "tap"
         config_field: ClassVar[str] = "tasks"
 
         def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
-            row = {k: v for k, v in asdict(batch).items() if k not in ("decode", "prompts")}
+            skip = ("decode", "prompts", "local_rows", "evidence")
+            row = {k: v for k, v in asdict(batch).items() if k not in skip}
+            held = batch.held_rows
+            row["held"] = [held.start, held.stop]
             with open(os.path.join(out_dir, f"batches_rank{rank}.jsonl"), "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(row) + "\n")
 
