@@ -13,7 +13,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from rl_guards.errors import ConfigError
 
@@ -223,6 +223,21 @@ class RewardSanityConfig(GuardConfig):
 
 
 @dataclass
+class MetricsConfig:
+    """How much rl_guards logs: ``default`` is a small set, quiet when healthy (:mod:`rl_guards.core.metric_set`);
+    ``full`` logs every metric of every guard. ``metrics: full`` in YAML is short for ``metrics: {level: full}``."""
+
+    SHORTHAND: ClassVar[str] = "level"
+
+    level: Literal["default", "full"] = "default"  # default: the headline set; full: every guard's every metric
+
+    def validate(self, prefix: str) -> None:
+        """Raise ConfigError naming ``prefix.level`` for an invalid value."""
+        if self.level not in ("default", "full"):
+            raise ConfigError(f"{prefix}.level must be one of ['default', 'full'], got {self.level!r}")
+
+
+@dataclass
 class GuardsConfig:
     """All guards. ``GuardsConfig()`` turns every guard on with its default mode."""
 
@@ -238,6 +253,7 @@ class GuardsConfig:
     rollouts: RolloutsConfig = field(default_factory=RolloutsConfig)
     preflight: PreflightConfig = field(default_factory=PreflightConfig)
     reward_sanity: RewardSanityConfig = field(default_factory=RewardSanityConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -311,6 +327,9 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        shorthand = getattr(tp, "SHORTHAND", None)
+        if shorthand is not None and isinstance(value, str):  # "metrics: full" -> {"level": "full"}
+            value = {shorthand: value}
         return _build(tp, value, path)
     if origin is Literal:
         if value not in args:

@@ -175,9 +175,11 @@ def test_metrics_reach_offline_wandb(make_grpo_trainer: Any, tmp_path: Path, mon
     runs = find_offline_runs(tmp_path)
     assert runs, "no offline run written"
     back = read_offline_run(runs[-1])
-    values = [v for _, v in back.series("train/rl_guards/probe/rows")]
+    # rl_guards keys keep their own names (W&B sections of their own), not TRL's train/ section.
+    values = [v for _, v in back.series("rl_guards/probe/rows")]
     assert values == [float(trainer.args.per_device_train_batch_size)] * 2
-    assert any(k.startswith("train/rl_guards/task/") for k in back.keys())
+    assert any(k.startswith("rl_guards/task/") for k in back.keys())
+    assert not any(k.startswith("train/rl_guards") for k in back.keys())
 
 
 def test_stopping_batch_is_dumped_for_the_post_mortem(make_grpo_trainer: Any, tmp_path: Path) -> None:

@@ -21,7 +21,12 @@ from rl_guards.guards.registry import BATCH_GUARDS
 SCRIPT = Path(__file__).parent / "multiproc" / "guarded_run.py"
 # Guards that only replay from the batch (the others need the trainer: tensors, templates, reward funcs).
 REPLAYABLE = ("tasks", "dead_groups", "truncation", "think_tags")
-GUARDS_CONFIG = {"rollouts": {"every_steps": 1}, "template": {"mode": "warn"}, "masking": {"mode": "raise"}}
+GUARDS_CONFIG = {
+    "rollouts": {"every_steps": 1},
+    "template": {"mode": "warn"},
+    "masking": {"mode": "raise"},
+    "metrics": "full",  # every metric is compared with the one-process replay
+}
 
 
 def _free_port() -> int:

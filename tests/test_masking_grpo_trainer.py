@@ -45,7 +45,8 @@ def test_clean_run_is_silent(make_grpo_trainer: Any, mask_truncated: bool) -> No
     guard = run.guard("masking")
     assert guard.checked == len(seen) >= 2
     history = [row for row in trainer.state.log_history if "rl_guards/masking/checked_batches" in row]
-    assert history and all(row["rl_guards/masking/violating_rows"] == 0 for row in history)
+    # Quiet when healthy: a count that stayed 0 is not logged at the default metrics level.
+    assert history and not any("rl_guards/masking/violating_rows" in row for row in trainer.state.log_history)
 
     # The same batches, checked without a trainer, through the pure-tensor entry point and the row reference.
     eos, pad = trainer.eos_token_ids, trainer.processing_class.pad_token_id

@@ -99,7 +99,8 @@ def test_finding_counts_reach_log_history(tiny: Any, tmp_path: Path, monkeypatch
     assert [row["rl_guards/preflight/blocking"] for row in history] == [1.0]
     report = run.guard("preflight").last_report
     assert history[0]["rl_guards/preflight/warnings"] == float(len(report.warnings))
-    assert [v for _, v in read_offline_run(offline).series("train/rl_guards/preflight/blocking")] == [1.0]
+    # In W&B under its own name (the rl_guards section), not TRL's train/ section.
+    assert [v for _, v in read_offline_run(offline).series("rl_guards/preflight/blocking")] == [1.0]
 
 
 def test_reward_curves_prefer_per_task_keys() -> None:

@@ -117,7 +117,8 @@ def _task_dataset(tasks: list[Any]) -> Dataset:
 def test_task_names_that_once_collided_keep_their_own_curves(make_grpo_trainer: Any, tmp_path: Path) -> None:
     names = ["a/b", "a_b", "", "/"]
     trainer = make_grpo_trainer(train_dataset=_task_dataset(names * 4), reward_funcs=[length_penalty], max_steps=8)
-    rl_guards.install(trainer, {"rollouts": {"every_steps": 1, "wandb_rows_per_task": 0}})
+    config = {"rollouts": {"every_steps": 1, "wandb_rows_per_task": 0}, "metrics": "full"}  # per-task row counts
+    rl_guards.install(trainer, config)
     trainer.train()
     logged: Counter[str] = Counter()
     for row in trainer.state.log_history:

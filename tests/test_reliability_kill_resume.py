@@ -147,7 +147,7 @@ def test_guard_state_and_counts_equal_an_uninterrupted_accounting(campaigns: dic
     for name, state in states.items():
         assert attributes["guards"][name] == state, name
     replayed = {g.name for g in (cls(GuardsConfig()) for cls in REPLAYED)}
-    counts = {(g, k): c for g, k, c, _ in attributes["session"]["counts"] if g in replayed}
+    counts = {(g, k): c for g, k, c, *_ in attributes["session"]["counts"] if g in replayed}
     assert counts == dict(session.counts)
     assert attributes["batches_seen"] == MAX_STEPS
     assert attributes["guards"]["masking"]["checked"] == MAX_STEPS

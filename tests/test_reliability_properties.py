@@ -233,7 +233,7 @@ def test_stray_think_penalty_scores_every_row(batch: list[Any], data: st.DataObj
     n = len(batch)
     ids = data.draw(st.one_of(st.none(), st.lists(st.lists(st.integers(0, 5), max_size=20), min_size=n, max_size=n)))
     column = data.draw(st.one_of(st.none(), st.lists(column_values, min_size=n, max_size=n), st.just([True])))
-    penalty = StrayThinkPenalty(weight=0.5, open_id=1, close_id=2, mode="warn")
+    penalty = StrayThinkPenalty(weight=0.5, open_id=1, close_id=2, mode="warn", log_rates=True)
     logged: dict[str, float] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -42,7 +42,7 @@ def test_dumps_at_period_and_checkpoints_and_survive_resume(
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_SILENT", "true")
     out = tmp_path / "run"
-    config = GuardsConfig.from_dict({"rollouts": {"every_steps": 3, "wandb_rows_per_task": 2}})
+    config = GuardsConfig.from_dict({"rollouts": {"every_steps": 3, "wandb_rows_per_task": 2}, "metrics": "full"})
 
     trainer = _trainer(out, max_steps=5, save_strategy="steps", save_steps=2, report_to="wandb", run_name="dumps")
     run = rl_guards.install(trainer, config, guards=[RolloutRecorder])

@@ -70,7 +70,7 @@ def test_penalty_table(case: tuple) -> None:
 
 def test_batch_and_log_metric() -> None:
     logged: dict[str, list[float]] = {}
-    penalty = StrayThinkPenalty()
+    penalty = StrayThinkPenalty(log_rates=True)  # metrics.level full; by default they repeat TRL's reward mean
     completions = [OK, OK, "4", "<think>a"]
     rewards = penalty(
         completions,
@@ -84,8 +84,10 @@ def test_batch_and_log_metric() -> None:
     assert logged[prefix + "unclosed_open_rate"] == [0.25]
     assert set(logged) == {prefix + "penalised_rate"} | {f"{prefix}{c}_rate" for c in ALL_CODES}  # fixed keys
     filtered: dict[str, float] = {}
-    StrayThinkPenalty(anomalies=["unclosed_open"])(completions, log_metric=filtered.__setitem__)
+    StrayThinkPenalty(anomalies=["unclosed_open"], log_rates=True)(completions, log_metric=filtered.__setitem__)
     assert set(filtered) == {prefix + "penalised_rate", prefix + "unclosed_open_rate"}
+    quiet: dict[str, float] = {}
+    assert StrayThinkPenalty()(completions, log_metric=quiet.__setitem__) == [0.0, 0.0, 0.0, -1.0] and not quiet
     assert StrayThinkPenalty(enabled=False)(completions, log_metric=filtered.__setitem__) == [0.0] * 4
 
 
@@ -177,6 +179,7 @@ testing = pytest.importorskip("rl_guards.testing")
 @pytest.mark.slow
 def test_penalty_in_real_grpo_run(make_grpo_trainer: Any, tiny: Any) -> None:
     penalty = StrayThinkPenalty.from_guards_config(GuardsConfig(), tokenizer=tiny.tokenizer)
+    penalty.log_rates = True  # its own rates (metrics.level full) are read below next to TRL's mean
     assert penalty.open_id == tiny.tokenizer.convert_tokens_to_ids("<think>")
     trainer = make_grpo_trainer(
         reward_funcs=[testing.arith_correct, testing.echo_match, penalty],

@@ -67,6 +67,7 @@ def test_clean_routed_run_is_silent_and_logs_per_task_keys(make_grpo_trainer: An
             "truncation": {"mode": "raise", "max_rate": 0.5},
             "slicing": {"mode": "raise"},
             "reward_sanity": {"cases_file": str(cases)},
+            "metrics": "full",  # every per-task key is checked below
         }
     )
     trainer = make_grpo_trainer(

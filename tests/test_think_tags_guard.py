@@ -270,7 +270,7 @@ def test_monitor_on_real_grpo_run(make_grpo_trainer: Any, tiny: Any) -> None:
     import rl_guards
 
     trainer = make_grpo_trainer(max_steps=2, train_dataset=testing.make_dataset(thinking="mixed"))
-    config = GuardsConfig.from_dict({"think_tags": {"mode": "log"}})
+    config = GuardsConfig.from_dict({"think_tags": {"mode": "log"}, "metrics": "full"})  # every rate is checked
     run = rl_guards.install(trainer, config, guards=[ThinkTagsGuard])
     trainer.train()
     keys = {k for row in trainer.state.log_history for k in row}

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from rl_guards.config import GuardConfig, GuardsConfig
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.core.metric_keys import METRIC_PREFIX, metric_key, task_metric_key
+from rl_guards.core.metric_set import MetricFilter
 from rl_guards.errors import GuardError
 
 logger = logging.getLogger("rl_guards")
@@ -28,6 +29,9 @@ logger = logging.getLogger("rl_guards")
 
 class RLGuardsWarning(UserWarning):
     """Warnings emitted by guards in ``mode: warn``."""
+
+
+SEVERITIES = ("info", "warning", "error")  # least to most severe
 
 
 @dataclass
@@ -70,6 +74,7 @@ class GuardSession:
         self.findings: list[Finding] = []
         self.counts: Counter[tuple[str, str]] = Counter()  # (guard, kind) -> occurrences
         self.first_step: dict[tuple[str, str], int | None] = {}
+        self.severity: dict[tuple[str, str], str] = {}  # (guard, kind) -> most severe severity seen
         self.phase = "run"  # "begin" while the start-of-training checks run
         # False: a raise-mode violation raises at once. True (the TRL adapter): stops and lazy messages wait for
         # settle(), so every guard of the batch runs and the text of remote rows can be fetched first.
@@ -77,6 +82,10 @@ class GuardSession:
         self.begin_keys: set[tuple[str, str]] = set()  # kinds recorded by start-of-training checks
         self._restored_begin_keys: set[tuple[str, str]] = set()
         self._warned: set[tuple[str, str]] = set()
+        self.metric_filter: MetricFilter | None = None  # None: every metric (guards driven by hand, tests)
+        # called as (finding, shown) when a finding is counted (its message may still be pending) and when it is
+        # shown; the TRL adapter writes W&B summary entries and alerts from it
+        self.listeners: list[Callable[[Finding, bool], None]] = []
         self._pending: list[_Pending] = []  # findings whose message is rendered at settle()
         self._stops: list[tuple[type[GuardError], Finding]] = []  # raise-mode findings since the last settle()
 
@@ -84,6 +93,8 @@ class GuardSession:
         return Reporter(self, guard, config, step)
 
     def add_metric(self, key: str, value: float) -> None:
+        if self.metric_filter is not None and not self.metric_filter.keep(key, float(value)):
+            return
         self.metrics.setdefault(key, []).append(float(value))
 
     def pop_metrics(self) -> dict[str, list[float]]:
@@ -113,6 +124,9 @@ class GuardSession:
         if not repeated_start_check:
             self.counts[key] += 1
             self.first_step.setdefault(key, finding.step)
+            if SEVERITIES.index(finding.severity) > SEVERITIES.index(self.severity.get(key, "info")):
+                self.severity[key] = finding.severity
+            self.severity.setdefault(key, finding.severity)
             # Keep every error, and the first few findings of each kind, so memory stays bounded.
             if finding.severity == "error" or self.counts[key] <= self.MAX_FINDINGS_PER_KIND:
                 self.findings.append(finding)
@@ -126,13 +140,23 @@ class GuardSession:
             self._pending.append(_Pending(finding, render, tuple(int(r) for r in rows), shown))
         elif render is None:
             self._show(finding, shown=shown, warn=warn)
+        else:
+            self._notify(finding, False)  # counted, never shown: listeners still see the count
 
     def _show(self, finding: Finding, *, shown: bool, warn: bool) -> None:
+        self._notify(finding, shown)
         if shown:
             warnings.warn(f"[rl_guards/{finding.guard}] {finding.message}", RLGuardsWarning, stacklevel=4)
             logger.warning("[rl_guards/%s] %s", finding.guard, finding.message)
         elif not warn:
             logger.info("[rl_guards/%s] %s", finding.guard, finding.message)
+
+    def _notify(self, finding: Finding, shown: bool) -> None:
+        for listener in self.listeners:
+            try:
+                listener(finding, shown)
+            except Exception as exc:  # a listener (W&B) must never break the accounting
+                logger.warning("rl_guards: finding listener failed: %s", exc)
 
     @property
     def stopping(self) -> Finding | None:
@@ -182,25 +206,33 @@ class GuardSession:
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable: counts with first steps, kept findings, warned kinds, start-check kinds."""
         return {
-            "counts": [[g, k, c, self.first_step.get((g, k))] for (g, k), c in sorted(self.counts.items())],
+            "counts": [
+                [g, k, c, self.first_step.get((g, k)), self.severity.get((g, k), "info")]
+                for (g, k), c in sorted(self.counts.items())
+            ],
             "findings": [f.to_dict() for f in self.findings],
             "warned": sorted([g, k] for g, k in self._warned),
             "begin_keys": sorted([g, k] for g, k in self.begin_keys),
+            "nonzero_metrics": sorted(self.metric_filter.nonzero_seen) if self.metric_filter is not None else [],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` in place (also accepts the 0.1 format: ``[guard, kind, count]`` rows)."""
         self.counts = Counter()
         self.first_step = {}
+        self.severity = {}
         for row in state.get("counts", []):
             guard, kind, count = str(row[0]), str(row[1]), int(row[2])
             self.counts[(guard, kind)] = count
             first = row[3] if len(row) > 3 else None
             self.first_step[(guard, kind)] = None if first is None else int(first)
+            self.severity[(guard, kind)] = str(row[4]) if len(row) > 4 and row[4] in SEVERITIES else "warning"
         self.findings = [Finding(**f) for f in state.get("findings", []) if isinstance(f, dict)]
         self._warned = {(str(g), str(k)) for g, k in state.get("warned", [])}
         self.begin_keys = {(str(g), str(k)) for g, k in state.get("begin_keys", [])}
         self._restored_begin_keys = set(self.begin_keys)
+        if self.metric_filter is not None:
+            self.metric_filter.nonzero_seen = set(state.get("nonzero_metrics", []))
 
 
 class Reporter:

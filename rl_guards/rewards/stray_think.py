@@ -97,6 +97,7 @@ class StrayThinkPenalty:
         mode: str = "log",
         prompt_opened_thinking: bool = False,
         prompt_opened_nonthinking: bool = False,
+        log_rates: bool = False,
     ) -> None:
         if weight < 0:
             raise ConfigError(f"stray_think_penalty.weight must be >= 0, got {weight!r}")
@@ -115,6 +116,9 @@ class StrayThinkPenalty:
         self.mode = mode
         self.prompt_opened_thinking = bool(prompt_opened_thinking)
         self.prompt_opened_nonthinking = bool(prompt_opened_nonthinking)
+        # its own rates repeat TRL's rewards/stray_think_penalty/mean and the think_tags guard's rates: logged only
+        # with metrics.level "full" (configure() sets it from the guards' config)
+        self.log_rates = bool(log_rates)
         self._warned = False
 
     # ----- construction ---------------------------------------------------------------------------------------
@@ -154,8 +158,16 @@ class StrayThinkPenalty:
         penalty.configure(tokenizer=tokenizer, chat_template_kwargs=chat_template_kwargs)
         return penalty
 
-    def configure(self, tokenizer: Any = None, chat_template_kwargs: dict[str, Any] | None = None) -> None:
-        """Take the tag ids from a tokenizer and the default mode from the trainer's ``chat_template_kwargs``."""
+    def configure(
+        self,
+        tokenizer: Any = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        metrics_level: str | None = None,
+    ) -> None:
+        """Take the tag ids from a tokenizer, the default mode from the trainer's ``chat_template_kwargs``, and
+        whether to log its rates from the guards' ``metrics.level`` (``full``: yes)."""
+        if metrics_level is not None:
+            self.log_rates = metrics_level == "full"
         if tokenizer is not None and (self.open_id is None or self.close_id is None):
             self.open_id, self.close_id = tag_token_ids(tokenizer, self.markup)
         if chat_template_kwargs is not None:
@@ -213,7 +225,7 @@ class StrayThinkPenalty:
                 first = first or tuple(sorted(codes))
             rewards.append(-self.weight if penalised else 0.0)
         log_metric = kwargs.get("log_metric")
-        if callable(log_metric):
+        if callable(log_metric) and self.log_rates:
             log_metric(f"{METRIC_PREFIX}/penalised_rate", penalised_rows / n)
             for code, count in counts.items():
                 log_metric(f"{METRIC_PREFIX}/{code}_rate", count / n)

@@ -32,6 +32,7 @@ still run.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from typing import Any
@@ -42,6 +43,7 @@ from transformers.trainer_callback import ExportableState
 from rl_guards.config import GuardsConfig
 from rl_guards.core.batch import RolloutBatch, nan_to_none
 from rl_guards.core.completions import completion_text
+from rl_guards.core.metric_set import MetricFilter
 from rl_guards.core.run_summary import task_summary_text
 from rl_guards.core.task_labels import TaskLabels, task_hash, task_name
 from rl_guards.core.think_markup import prompts_open_block
@@ -50,6 +52,7 @@ from rl_guards.guards.base import Finding, Guard, GuardSession, RunContext, run_
 from rl_guards.guards.registry import BATCH_GUARDS
 from rl_guards.guards.think_tags import markup_from_config
 from rl_guards.trl import collectives
+from rl_guards.trl.log_routing import SignalRouter
 
 logger = logging.getLogger("rl_guards")
 
@@ -120,6 +123,10 @@ class GuardRun(TrainerCallback, ExportableState):
         self.ctx = self._build_context()
         self.markup = markup_from_config(config.think_tags, self.ctx.template_text)
         counts = _dataset_task_counts(self.ctx.train_dataset, config.tasks)
+        columns = getattr(self.ctx.train_dataset, "column_names", None)
+        single_task = isinstance(columns, list) and config.tasks.task_column not in columns
+        self.session.metric_filter = MetricFilter(config.metrics.level, single_task=single_task)
+        self.router = SignalRouter(trainer, self.session, self.ctx.is_main_process)
         self.task_labels.seed(counts)
         self._task_registry.update({task_hash(name): name for name in counts})
         for guard in self.guards:
@@ -176,7 +183,11 @@ class GuardRun(TrainerCallback, ExportableState):
             configure = getattr(fn, "configure", None)
             if callable(configure) and not isinstance(fn, type):
                 try:
-                    configure(tokenizer=self.ctx.tokenizer, chat_template_kwargs=self.ctx.chat_template_kwargs)
+                    kwargs: dict[str, Any] = {"tokenizer": self.ctx.tokenizer}
+                    kwargs["chat_template_kwargs"] = self.ctx.chat_template_kwargs
+                    if "metrics_level" in inspect.signature(configure).parameters:
+                        kwargs["metrics_level"] = self.config.metrics.level
+                    configure(**kwargs)
                 except Exception as exc:  # never fatal: the function keeps its own defaults
                     logger.warning("rl_guards: could not configure reward function %r: %s", fn, exc)
 
@@ -266,6 +277,7 @@ class GuardRun(TrainerCallback, ExportableState):
             self._on_stop(batch, step)
         self._flush_metrics()
         if stop is not None:
+            self._log_now()
             raise stop
 
     def _run_guards(self, hook: str, step: int, *args: Any) -> GuardError | None:
@@ -620,6 +632,7 @@ class GuardRun(TrainerCallback, ExportableState):
     # ----- trainer events --------------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._restore(state)
+        self.router.write_config(self.config.to_dict())
         step = int(state.global_step)
         self.session.phase = "begin"
         try:
@@ -630,6 +643,7 @@ class GuardRun(TrainerCallback, ExportableState):
         # The model is not yet in train mode here; these metrics belong to the first training log.
         self._flush_metrics("train")
         if stop is not None:
+            self._log_now()
             raise stop
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -663,6 +677,7 @@ class GuardRun(TrainerCallback, ExportableState):
         stop = self._settled(self._run_guards(hook, step, *args), step)
         if stop is not None:
             self._flush_metrics()
+            self._log_now()
             raise stop
 
     def _settled(self, raised: GuardError | None, step: int) -> GuardError | None:
@@ -685,6 +700,13 @@ class GuardRun(TrainerCallback, ExportableState):
             return agreed
         guard, text = first
         return GuardError(f"{text}\n(stopped on another rank; this rank stops with it)", guard=guard, step=agreed.step)
+
+    def _log_now(self) -> None:
+        """A stop: log the metrics of the failing batch now (the trainer will not log them), to W&B and the history."""
+        try:
+            self.trainer.log({})
+        except Exception as exc:  # the stop matters more than its metrics
+            logger.warning("rl_guards: could not log the failing batch's metrics: %s", exc)
 
     @staticmethod
     def _checkpoint_dir(args: Any, state: Any) -> str:

@@ -57,3 +57,32 @@ def set_summary(values: dict[str, Any]) -> bool:
     except Exception as exc:
         logger.warning("rl_guards: could not write the W&B summary: %s", exc)
         return False
+
+
+def alert(title: str, text: str, level: str = "warning") -> bool:
+    """A W&B alert (``level``: info, warning, error); W&B itself drops a repeat of a title within 5 minutes."""
+    run = active_run()
+    if run is None:
+        return False
+    try:
+        import wandb
+
+        levels = {"info": wandb.AlertLevel.INFO, "warning": wandb.AlertLevel.WARN, "error": wandb.AlertLevel.ERROR}
+        run.alert(title=title, text=text, level=levels.get(level, wandb.AlertLevel.WARN), wait_duration=300)
+        return True
+    except Exception as exc:
+        logger.warning("rl_guards: could not send the W&B alert %r: %s", title, exc)
+        return False
+
+
+def update_config(values: dict[str, Any]) -> bool:
+    """Add entries to the run config (shown with the run's settings)."""
+    run = active_run()
+    if run is None:
+        return False
+    try:
+        run.config.update(values, allow_val_change=True)
+        return True
+    except Exception as exc:
+        logger.warning("rl_guards: could not write the W&B config: %s", exc)
+        return False

@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         train_dataset=make_dataset(),
         callbacks=[Slow()] if args.step_sleep else None,
     )
-    rl_guards.install(trainer, GuardsConfig.from_dict({"rollouts": {"every_steps": 1, "wandb_rows_per_task": 0}}))
+    config = {"rollouts": {"every_steps": 1, "wandb_rows_per_task": 0}, "metrics": "full"}  # per-task row counts
+    rl_guards.install(trainer, GuardsConfig.from_dict(config))
     trainer.train(resume_from_checkpoint=args.resume)
     trainer.save_state()
     print(f"done at step {trainer.state.global_step}", flush=True)

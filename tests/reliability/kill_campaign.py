@@ -105,7 +105,11 @@ def child(out: Path, max_steps: int, point: str | None, nth: int, resume: Path |
         train_dataset=make_dataset(),
         callbacks=[KillPoint()],  # constructor callbacks run before the guards' callback (installed later)
     )
-    config = {"rollouts": {"every_steps": EVERY_STEPS, "wandb_rows_per_task": 0}, "truncation": {"max_rate": 0.5}}
+    config = {
+        "rollouts": {"every_steps": EVERY_STEPS, "wandb_rows_per_task": 0},
+        "truncation": {"max_rate": 0.5},
+        "metrics": "full",  # the per-task row counts, checked against the dumps
+    }
     rl_guards.install(trainer, config)
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     trainer.save_state()

@@ -1,0 +1,127 @@
+"""Where rl_guards' signal shows up: W&B sections of its own, alerts and summary entries, a one-line console status.
+
+The metrics travel in the trainer's own metric buffer, so they reach ``trainer.state.log_history`` and every
+``report_to`` tracker unchanged. Two callbacks the trainer already has are wrapped on the instance:
+
+- HF's ``WandbCallback``: ``rl_guards/...`` and ``rl_guards_task/...`` keys are logged to the run as they are
+  (``commit=False``, merged into the row HF commits right after, so the trainer step is their x-axis) instead of
+  under ``train/``: W&B groups panels by the first path segment, so the guards' health and the per-task curves each
+  get a section, apart from TRL's panels.
+- the console printer (``PrinterCallback`` / ``ProgressCallback``): it prints the trainer's log without those keys,
+  followed by one status line (findings so far, by kind).
+
+Findings reach W&B as they happen: each count and first step in the run summary (``rl_guards/findings/<guard>/
+<kind>``, ``rl_guards/first_step/...``), and the first finding of each kind at warn or raise severity as a W&B
+alert (title ``rl_guards: <guard>/<kind>``, text the message with its decoded rows; at most ``MAX_ALERTS`` a run).
+The effective GuardsConfig is written into the run config under ``rl_guards``. All of it is best effort, on the
+main process only: W&B trouble never breaks training.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from rl_guards.core.metric_keys import METRIC_PREFIX, TASK_PREFIX
+from rl_guards.guards.base import Finding, GuardSession
+from rl_guards.trl import wandb_io
+
+logger = logging.getLogger("rl_guards")
+
+MAX_ALERTS = 20  # W&B alerts a run sends at most (one per finding kind)
+ALERT_CHARS = 3000  # characters of a message kept in an alert
+STATUS_KINDS = 3  # finding kinds named on the console status line
+_OURS = (f"{METRIC_PREFIX}/", TASK_PREFIX)
+
+
+def is_guard_key(key: str) -> bool:
+    """A metric rl_guards logs (train mode; eval keys carry TRL's ``eval_`` prefix and stay with HF)."""
+    return key.startswith(_OURS)
+
+
+class SignalRouter:
+    """Wraps the trainer's W&B and console callbacks, and turns findings into W&B summary entries and alerts."""
+
+    def __init__(self, trainer: Any, session: GuardSession, is_main_process: bool) -> None:
+        self.session = session
+        self.is_main = is_main_process
+        self.alerted: set[tuple[str, str]] = set()
+        self.wrapped: list[str] = []
+        handler = getattr(trainer, "callback_handler", None)
+        for callback in list(getattr(handler, "callbacks", [])):
+            name = type(callback).__name__
+            if name == "WandbCallback":
+                self._wrap_wandb(callback)
+                self.wrapped.append(name)
+            elif name in ("PrinterCallback", "ProgressCallback"):
+                self._wrap_printer(callback)
+                self.wrapped.append(name)
+        session.listeners.append(self.on_finding)
+
+    # ----- logs ---------------------------------------------------------------------------------------------
+    def _wrap_wandb(self, callback: Any) -> None:
+        original = callback.on_log
+
+        def on_log(args: Any, state: Any, control: Any, model: Any = None, logs: Any = None, **kwargs: Any) -> Any:
+            if logs and state.is_world_process_zero and getattr(callback, "_wandb", None) is not None:
+                ours = {k: v for k, v in logs.items() if is_guard_key(k)}
+                if ours:
+                    if not getattr(callback, "_initialized", True):
+                        callback.setup(args, state, model)
+                    wandb_io.log(ours)  # commit=False: the row HF commits next carries them, at this step
+                    logs = {k: v for k, v in logs.items() if k not in ours}
+            return original(args, state, control, model=model, logs=logs, **kwargs)
+
+        callback.on_log = on_log
+
+    def _wrap_printer(self, callback: Any) -> None:
+        original = callback.on_log
+
+        def on_log(args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> Any:
+            if not logs or not any(is_guard_key(k) for k in logs):
+                return original(args, state, control, logs=logs, **kwargs)
+            result = original(
+                args, state, control, logs={k: v for k, v in logs.items() if not is_guard_key(k)}, **kwargs
+            )
+            if state.is_world_process_zero:
+                line = self.status_line(int(state.global_step))
+                bar = getattr(callback, "training_bar", None)
+                bar.write(line) if bar is not None else print(line)
+            return result
+
+        callback.on_log = on_log
+
+    def status_line(self, step: int) -> str:
+        """``[rl_guards] step 12: ok`` or the warning/error kinds found so far, most frequent first."""
+        rows = [r for r in self.session.summary_rows() if self.session.severity.get((r["guard"], r["kind"])) != "info"]
+        if not rows:
+            return f"[rl_guards] step {step}: ok"
+        rows.sort(key=lambda r: (-r["count"], r["guard"], r["kind"]))
+        named = ", ".join(f"{r['guard']}/{r['kind']} x{r['count']}" for r in rows[:STATUS_KINDS])
+        more = f" (+{len(rows) - STATUS_KINDS} more kinds)" if len(rows) > STATUS_KINDS else ""
+        return f"[rl_guards] step {step}: {len(rows)} finding kind(s): {named}{more}"
+
+    # ----- findings -----------------------------------------------------------------------------------------
+    def on_finding(self, finding: Finding, shown: bool) -> None:
+        """Summary entries for every finding; an alert for the first of each kind at warn or raise severity."""
+        if not self.is_main or wandb_io.active_run() is None:
+            return
+        key = (finding.guard, finding.kind)
+        name = f"{finding.guard}/{finding.kind}"
+        values: dict[str, Any] = {f"rl_guards/findings/{name}": self.session.counts.get(key, 0)}
+        first = self.session.first_step.get(key)
+        if first is not None:
+            values[f"rl_guards/first_step/{name}"] = first
+        if finding.severity == "error":
+            values["rl_guards/stopped_by"] = f"{name} at step {finding.step}"
+        wandb_io.set_summary(values)
+        loud = shown or finding.severity == "error"
+        if loud and finding.message and key not in self.alerted and len(self.alerted) < MAX_ALERTS:
+            self.alerted.add(key)
+            text = finding.message if len(finding.message) <= ALERT_CHARS else finding.message[:ALERT_CHARS] + " …"
+            wandb_io.alert(f"rl_guards: {name}", text, "error" if finding.severity == "error" else "warning")
+
+    def write_config(self, config: dict[str, Any]) -> None:
+        """The effective GuardsConfig, under ``rl_guards`` in the run config."""
+        if self.is_main and wandb_io.active_run() is not None:
+            wandb_io.update_config({"rl_guards": config})
