@@ -1,7 +1,7 @@
 """A tiny learning-rate sweep: 3 learning rates x 2 schedules x 3 steps on the embedded tiny Qwen3, on CPU.
 
 Each cell is a fresh GRPOTrainer with the guards installed, so the comparison is per task
-(``rl_guards/task/<task>/reward_mean``); all cells share one W&B group (offline here)::
+(``rl_guards_task/<task>/reward_mean``); all cells share one W&B group (offline here)::
 
     python examples/lr_sweep.py --output-dir outputs/lr_sweep
     python examples/lr_sweep.py --lrs 1e-6 1e-5 --schedulers constant_with_warmup linear --steps 5

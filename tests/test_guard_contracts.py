@@ -70,7 +70,7 @@ def test_guard_metrics_are_namespaced_and_state_round_trips(cls: type[Guard], tm
     run_hook(guard, "on_train_end", session, 3)
     assert (cls.name, "internal_error") not in session.counts, session.findings
     for key in session.pop_metrics():
-        assert key.startswith((f"rl_guards/{cls.name}/", "rl_guards/task/")), key
+        assert key.startswith((f"rl_guards/{cls.name}/", "rl_guards_task/")), key
 
     state = guard.state_dict()
     text = json.dumps(state)  # JSON-serialisable, so it fits trainer_state.json

@@ -93,7 +93,7 @@ def test_guards_see_gathered_batches_and_metrics_reach_log_history(make_grpo_tra
     assert batch.truncated == [ids[-1] not in eos for ids in batch.completion_ids]
     keys = _history_keys(trainer)
     assert "rl_guards/probe/rows" in keys
-    assert any(k.startswith("rl_guards/task/") and k.endswith("/first_task_rows") for k in keys)
+    assert any(k.startswith("rl_guards_task/") and k.endswith("/first_task_rows") for k in keys)
     rows = [r["rl_guards/probe/rows"] for r in trainer.state.log_history if "rl_guards/probe/rows" in r]
     assert rows == [float(len(batch))] * 2
 
@@ -178,7 +178,7 @@ def test_metrics_reach_offline_wandb(make_grpo_trainer: Any, tmp_path: Path, mon
     # rl_guards keys keep their own names (W&B sections of their own), not TRL's train/ section.
     values = [v for _, v in back.series("rl_guards/probe/rows")]
     assert values == [float(trainer.args.per_device_train_batch_size)] * 2
-    assert any(k.startswith("rl_guards/task/") for k in back.keys())
+    assert any(k.startswith("rl_guards_task/") for k in back.keys())
     assert not any(k.startswith("train/rl_guards") for k in back.keys())
 
 

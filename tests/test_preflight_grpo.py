@@ -105,8 +105,8 @@ def test_finding_counts_reach_log_history(tiny: Any, tmp_path: Path, monkeypatch
 
 def test_reward_curves_prefer_per_task_keys() -> None:
     history = [
-        {"step": 1, "reward": 0.5, "rl_guards/task/arith/reward_mean": 0.0, "rl_guards/task/echo/reward_mean": 1.0},
-        {"step": 2, "reward": 0.25, "rl_guards/task/arith/reward_mean": 0.5},
+        {"step": 1, "reward": 0.5, "rl_guards_task/arith/reward_mean": 0.0, "rl_guards_task/echo/reward_mean": 1.0},
+        {"step": 2, "reward": 0.25, "rl_guards_task/arith/reward_mean": 0.5},
         {"step": 2, "train_runtime": 3.0},
     ]
     assert reward_curves(history) == {"arith": [[1.0, 0.0], [2.0, 0.5]], "echo": [[1.0, 1.0]]}

@@ -140,7 +140,7 @@ def test_per_task_metrics_are_capped_and_the_cap_is_said_once(make_grpo_trainer:
         run = rl_guards.install(trainer, {"tasks": {"max_tasks": 3}, "rollouts": {"wandb_rows_per_task": 0}})
         trainer.train()
     segments = {
-        key.split("/")[2] for row in trainer.state.log_history for key in row if parse_task_metric_key(key) is not None
+        key.split("/")[1] for row in trainer.state.log_history for key in row if parse_task_metric_key(key) is not None
     }
     assert OTHER_SEGMENT in segments and len(segments) <= 4  # 3 kept tasks + one bucket (0.1: one set per task)
     assert run.session.counts[("tasks", "task_cap")] == 1

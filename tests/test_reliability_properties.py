@@ -206,7 +206,7 @@ def test_no_guard_crashes_on_arbitrary_batches(
                 run_hook(guard, "on_train_end", session, batch.step)
         assert not internal_errors(session), internal_errors(session)
         for key, values in session.metrics.items():
-            assert key.startswith("rl_guards/"), key
+            assert key.startswith(("rl_guards/", "rl_guards_task/")), key
             assert all(isinstance(v, float) for v in values), key
         for guard in guards:  # state stays JSON and loads back after any batch
             state = json.loads(json.dumps(guard.state_dict()))

@@ -84,7 +84,7 @@ def _kill_between_checkpoints(out: Path, rollouts: Path, log: Path) -> tuple[lis
 
 
 def _task_rows(entry: dict[str, Any]) -> dict[str, float]:
-    return {k.split("/")[2]: v for k, v in entry.items() if k.startswith("rl_guards/task/") and k.endswith("/rows")}
+    return {k.split("/")[1]: v for k, v in entry.items() if k.startswith("rl_guards_task/") and k.endswith("/rows")}
 
 
 def test_sigkill_between_checkpoints_then_resume_loses_and_duplicates_nothing(tiny: Any, tmp_path: Path) -> None:

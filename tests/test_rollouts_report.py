@@ -33,10 +33,10 @@ def _history(steps: range) -> list[dict]:
         {
             "step": s,
             "reward": 0.1 * s,
-            "rl_guards/task/arith/reward_mean": 0.1 * s,
-            "rl_guards/task/echo/reward_mean": 0.5,
-            "rl_guards/task/arith/dead_share": 0.5 - 0.1 * s,
-            "rl_guards/task/arith/truncated_rate": 0.0,
+            "rl_guards_task/arith/reward_mean": 0.1 * s,
+            "rl_guards_task/echo/reward_mean": 0.5,
+            "rl_guards_task/arith/dead_share": 0.5 - 0.1 * s,
+            "rl_guards_task/arith/truncated_rate": 0.0,
         }
         for s in steps
     ]

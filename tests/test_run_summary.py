@@ -7,9 +7,9 @@ from rl_guards.core.run_summary import task_curves, task_summary_text
 
 def test_curves_follow_logging_order_and_skip_missing() -> None:
     history = [
-        {"loss": 1.0, "rl_guards/task/math/reward_mean": 0.1, "rl_guards/task/code/reward_mean": 0.5},
-        {"rl_guards/task/math/reward_mean": float("nan")},
-        {"rl_guards/task/math/reward_mean": 0.4, "rl_guards/task/math/think/anomalous_rate": 0.25},
+        {"loss": 1.0, "rl_guards_task/math/reward_mean": 0.1, "rl_guards_task/code/reward_mean": 0.5},
+        {"rl_guards_task/math/reward_mean": float("nan")},
+        {"rl_guards_task/math/reward_mean": 0.4, "rl_guards_task/math/think/anomalous_rate": 0.25},
         {"train_runtime": 3.0},
     ]
     curves = task_curves(history)

@@ -82,19 +82,19 @@ def test_clean_routed_run_is_silent_and_logs_per_task_keys(make_grpo_trainer: An
         for name in ("reward_mean", "reward_std", "completion_length", "rows", "groups", "dead_group_share",
                      "dead_all_pass", "dead_all_fail", "live_groups", "zero_adv_token_share", "expected_dead_share",
                      "truncated_rate"):  # fmt: skip
-            assert f"rl_guards/task/{task}/{name}" in keys
-    assert "rl_guards/task/arith/reward/arith_correct/mean" in keys
-    assert "rl_guards/task/arith/reward/echo_match/mean" not in keys  # routed: never scores arith rows
+            assert f"rl_guards_task/{task}/{name}" in keys
+    assert "rl_guards_task/arith/reward/arith_correct/mean" in keys
+    assert "rl_guards_task/arith/reward/echo_match/mean" not in keys  # routed: never scores arith rows
     assert "rl_guards/routing/misrouted_rows" in keys
-    rows = [r for r in trainer.state.log_history if "rl_guards/task/arith/rows" in r]
+    rows = [r for r in trainer.state.log_history if "rl_guards_task/arith/rows" in r]
     assert all(r["rl_guards/routing/misrouted_rows"] == 0 and r["rl_guards/routing/unscored_rows"] == 0 for r in rows)
     # what the guards computed matches what TRL logged for the same batches
     for row in trainer.state.log_history:
         if (
-            "rl_guards/task/arith/reward/arith_correct/mean" in row
+            "rl_guards_task/arith/reward/arith_correct/mean" in row
             and row.get("rewards/arith_correct/mean") is not None
         ):
-            assert row["rl_guards/task/arith/reward/arith_correct/mean"] == pytest.approx(
+            assert row["rl_guards_task/arith/reward/arith_correct/mean"] == pytest.approx(
                 row["rewards/arith_correct/mean"]
             )
 

@@ -240,7 +240,7 @@ def test_task_monitor_keys_and_values() -> None:
         completion_ids=[[1], [1, 2, 3], [1, 2], [1, 2], [1], [1]],
     )
     guard, session = run(TaskRewardMonitor, [batch])
-    m = {k.removeprefix("rl_guards/task/"): v for k, v in session.metrics.items()}
+    m = {k.removeprefix("rl_guards_task/"): v for k, v in session.metrics.items()}
     assert m["math/reward_mean"] == [1.0] and m["math/reward_std"] == [0.0]  # the unscored row is left out
     assert m["math/rows"] == [2.0] and m["math/groups"] == [1.0] and m["math/completion_length"] == [2.0]
     assert m["math/reward/math_ok/mean"] == [1.0] and m["math/reward/math_ok/pass_rate"] == [1.0]
@@ -257,7 +257,7 @@ def test_task_monitor_binary_so_far_survives_resume() -> None:
     fresh, session = run(TaskRewardMonitor, [])
     fresh.load_state_dict(json.loads(json.dumps(guard.state_dict())))
     fresh.on_batch(binary, session.reporter(fresh.name, fresh.config, 2))
-    assert "rl_guards/task/math/reward/math_ok/pass_rate" not in session.metrics
+    assert "rl_guards_task/math/reward/math_ok/pass_rate" not in session.metrics
 
 
 # ----- dead groups -------------------------------------------------------------------------------------------
@@ -274,16 +274,16 @@ def test_dead_task_fires_after_consecutive_batches_with_advice() -> None:
     config = {"dead_groups": {"warn_after_steps": 3}}
     _, session = run(DeadGroupGuard, [_echo_all_pass(s) for s in range(2)], config)
     assert "dead_task" not in kinds(session)
-    assert session.metrics["rl_guards/task/echo/dead_all_pass"] == [1.0, 1.0]
-    assert session.metrics["rl_guards/task/math/live_groups"] == [2.0, 2.0]
-    assert session.metrics["rl_guards/task/echo/zero_adv_token_share"] == [1.0, 1.0]
+    assert session.metrics["rl_guards_task/echo/dead_all_pass"] == [1.0, 1.0]
+    assert session.metrics["rl_guards_task/math/live_groups"] == [2.0, 2.0]
+    assert session.metrics["rl_guards_task/echo/zero_adv_token_share"] == [1.0, 1.0]
     with pytest.raises(DeadGradientError, match="task 'echo' contributed no gradient for 3 consecutive"):
         run(DeadGroupGuard, [_echo_all_pass(s) for s in range(3)], config, mode="raise")
     _, session = run(DeadGroupGuard, [_echo_all_pass(s) for s in range(5)], config)
     (finding,) = [f for f in session.findings if f.kind == "dead_task"]  # once per streak
     assert "pass rate 1.00" in finding.message and "too easy" in finding.message
-    assert session.metrics["rl_guards/task/echo/expected_dead_share"][-1] == 1.0
-    assert session.metrics["rl_guards/task/math/expected_dead_share"][-1] == 0.5  # p = 0.5, G = 2
+    assert session.metrics["rl_guards_task/echo/expected_dead_share"][-1] == 1.0
+    assert session.metrics["rl_guards_task/math/expected_dead_share"][-1] == 0.5  # p = 0.5, G = 2
 
 
 def test_dead_streak_survives_resume_and_resets_on_a_live_group() -> None:
@@ -304,7 +304,7 @@ def test_eval_batches_do_not_touch_dead_group_state() -> None:
     evals = [make_batch(["echo", "echo"], [[1.0], [1.0]], names=["ok"], mode="eval") for _ in range(4)]
     guard, session = run(DeadGroupGuard, evals, {"dead_groups": {"warn_after_steps": 2}})
     assert guard.streaks == {} and guard.ranges == {} and "dead_task" not in kinds(session)
-    assert session.metrics["rl_guards/task/echo/dead_group_share"] == [1.0] * 4
+    assert session.metrics["rl_guards_task/echo/dead_group_share"] == [1.0] * 4
 
 
 def test_single_generation_batches_are_skipped() -> None:

@@ -63,7 +63,7 @@ def m(name: str) -> str:
 
 
 def t(task: str, name: str) -> str:
-    return f"rl_guards/task/{task}/think/{name}"
+    return f"rl_guards_task/{task}/think/{name}"
 
 
 # (id, rows, expected metrics (subset), absent metric keys)

@@ -1,4 +1,4 @@
-"""Metric key layout: ``rl_guards/<guard>/<metric>`` and ``rl_guards/task/<task>/<metric>``, task names encoded.
+"""Metric key layout: ``rl_guards/<guard>/<metric>`` and ``rl_guards_task/<task>/<metric>``, task names encoded.
 
 Task names come from a dataset column and may hold anything: ``a/b`` and ``a_b`` must not share a curve, and a
 ``/`` must not open a new W&B section. Each name is percent-encoded into one key segment: characters outside
@@ -12,7 +12,7 @@ from __future__ import annotations
 from urllib.parse import quote, unquote
 
 METRIC_PREFIX = "rl_guards"
-TASK_PREFIX = f"{METRIC_PREFIX}/task/"
+TASK_PREFIX = f"{METRIC_PREFIX}_task/"  # a W&B section of its own, apart from the guards' health
 SAFE_CHARS = "_.-"  # besides ASCII letters and digits, kept as they are
 EMPTY_SEGMENT = "~empty"
 OTHER_SEGMENT = "~other"
@@ -65,7 +65,7 @@ def metric_key(guard: str, name: str) -> str:
 
 
 def task_metric_key(task: str, name: str) -> str:
-    """``rl_guards/task/<encoded task>/<name>``."""
+    """``rl_guards_task/<encoded task>/<name>``."""
     return f"{TASK_PREFIX}{encode_task(task)}/{name}"
 
 

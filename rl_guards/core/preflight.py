@@ -550,7 +550,7 @@ def check_group_size(choices: TrainingChoices) -> list[PreflightFinding]:
         "gradient at all."
     )
     fix = (
-        "watch rl_guards/task/<task>/dead_group_share (dead_groups guard, which also advises a group size per "
+        "watch rl_guards_task/<task>/dead_group_share (dead_groups guard, which also advises a group size per "
         "task); raise num_generations or re-balance the task mix for tasks whose groups die"
     )
     if g < 4:

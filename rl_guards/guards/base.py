@@ -249,7 +249,7 @@ class Reporter:
         self.session.add_metric(metric_key(self.guard, name), value)
 
     def task_metric(self, task: str, name: str, value: float) -> None:
-        """Log ``rl_guards/task/<task>/<name>`` (the task name encoded: :mod:`rl_guards.core.metric_keys`)."""
+        """Log ``rl_guards_task/<task>/<name>`` (the task name encoded: :mod:`rl_guards.core.metric_keys`)."""
         self.session.add_metric(task_metric_key(task, name), value)
 
     def info(self, kind: str, message: str) -> None:

@@ -22,7 +22,7 @@ class DeadGroupGuard(Guard):
     task's range observed so far in the run. A row passes when its total is the top of that range; the pass
     rate of a task is taken over its last ``warn_after_steps`` train batches.
 
-    Per task, ``rl_guards/task/<task>/...``:
+    Per task, ``rl_guards_task/<task>/...``:
 
     ==========================  ===================================================================================
     key                         value

@@ -15,7 +15,7 @@ class TaskRewardMonitor(Guard):
     A mixed-task run's overall reward hides where improvement comes from. TRL logs rewards per function, not
     per task; this splits them by the task column (``tasks.task_column``).
 
-    Keys, all ``rl_guards/task/<task>/...`` (slashes in task names become ``_``):
+    Keys, all ``rl_guards_task/<task>/...`` (slashes in task names become ``_``):
 
     ===================================  ==========================================================================
     key                                  value

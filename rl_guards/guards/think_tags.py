@@ -90,9 +90,9 @@ class ThinkTagsGuard(Guard):
     ``rl_guards/think_tags/rate/<code>``             share of rows with that code, for every code in ``ALL_CODES``
     ``rl_guards/think_tags/thinking_share``          share of rows in thinking mode (the thinking/non-thinking mix)
     ``rl_guards/think_tags/no_block_rate``           share of thinking rows with no think block at all
-    ``rl_guards/task/<task>/think/anomalous_rate``   the same per task
-    ``rl_guards/task/<task>/think/<code>_rate``      per task, only for codes present in the batch
-    ``rl_guards/task/<task>/think/thinking_share``   per task thinking/non-thinking mix
+    ``rl_guards_task/<task>/think/anomalous_rate``   the same per task
+    ``rl_guards_task/<task>/think/<code>_rate``      per task, only for codes present in the batch
+    ``rl_guards_task/<task>/think/thinking_share``   per task thinking/non-thinking mix
     ===============================================  ==============================================================
 
     Violation ``anomaly_rate`` (:class:`~rl_guards.errors.ThinkMarkupError`) when ``anomalous_rate`` exceeds

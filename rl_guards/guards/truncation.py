@@ -24,7 +24,7 @@ class TruncationGuard(Guard):
     ==========================================  ==============================================
     key                                         value
     ==========================================  ==============================================
-    ``rl_guards/task/<task>/truncated_rate``    share of the task's completions with no EOS
+    ``rl_guards_task/<task>/truncated_rate``    share of the task's completions with no EOS
     ``rl_guards/truncation/truncated_rate``     the same over the whole batch
     ==========================================  ==============================================
 

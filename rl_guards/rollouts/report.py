@@ -2,7 +2,7 @@
 at each checkpoint side by side per prompt, so a person sees behaviour change while the reward goes up.
 
 Sources: the rollout dumps (:class:`~rl_guards.rollouts.reader.RolloutStore`) and the newest
-``trainer_state.json`` under the run folder (its ``log_history`` keys ``rl_guards/task/<task>/reward_mean``,
+``trainer_state.json`` under the run folder (its ``log_history`` keys ``rl_guards_task/<task>/reward_mean``,
 ``.../dead_group_share`` (the dead-groups guard), ``.../truncated_rate`` and TRL's ``reward``, when present).
 Inline CSS and SVG only: no script, no network; every text from the run is HTML-escaped.
 """
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rl_guards.core.metric_keys import parse_task_metric_key
 from rl_guards.rollouts.reader import RolloutStore, has_anomaly
 from rl_guards.rollouts.render import flags, fmt_number, tail, visible_whitespace
 
@@ -26,9 +27,7 @@ MAX_COLUMNS = 6  # dumps shown side by side
 PROMPTS_PER_TASK = 3  # prompts per task in the side-by-side section
 COMPLETIONS_PER_CELL = 2
 CELL_CHARS = 1500  # completion characters per cell (the dump keeps everything)
-TASK_KEY = re.compile(
-    r"^rl_guards/task/(?P<task>[^/]+)/(?P<metric>reward_mean|dead_group_share|dead_share|truncated_rate)$"
-)
+CHART_METRICS = ("reward_mean", "dead_group_share", "dead_share", "truncated_rate")  # per-task log keys charted
 # log_history metric -> chart key, where the guard's name differs from the dump statistic's
 LOG_METRIC_CHART = {"dead_group_share": "dead_share"}
 SPECIAL_TOKEN = re.compile(r"(&lt;\|[^|<>]{1,40}\|&gt;|&lt;/?think&gt;)")
@@ -77,9 +76,9 @@ def log_history_curves(state_path: Path) -> dict[str, Series]:
         for key, value in entry.items():
             if not isinstance(value, int | float) or isinstance(value, bool) or math.isnan(value):
                 continue
-            match = TASK_KEY.match(key)
-            if match:
-                metric, task = LOG_METRIC_CHART.get(match.group("metric"), match.group("metric")), match.group("task")
+            parsed = parse_task_metric_key(key)
+            if parsed is not None and parsed[1] in CHART_METRICS:
+                task, metric = str(parsed[0]), LOG_METRIC_CHART.get(parsed[1], parsed[1])
             elif key == "reward":
                 metric, task = "reward_mean", "(all, TRL)"
             else:

@@ -26,6 +26,7 @@ class OfflineRun:
     summary: dict[str, Any] = field(default_factory=dict)  # merged summary updates
     config: dict[str, Any] = field(default_factory=dict)
     table_files: list[Path] = field(default_factory=list)  # media/table/**/*.table.json
+    alerts: list[dict[str, Any]] = field(default_factory=list)  # title, text, level of each W&B alert
 
     def series(self, key: str) -> list[tuple[int, Any]]:
         """(step, value) pairs of one history key, in logging order."""
@@ -89,6 +90,8 @@ def read_offline_run(run_dir: str | os.PathLike[str]) -> OfflineRun:
             run.summary.update(record["summary"].get("update", {}))
         elif kind == "config":
             run.config.update(_unflatten_config(record["config"].get("update", {})))
+        elif kind == "alert":
+            run.alerts.append(dict(record["alert"]))
         elif kind == "run":
             update = record["run"].get("config", {}).get("update", {})
             run.config.update(_unflatten_config(update))

@@ -568,7 +568,7 @@ class GuardRun(TrainerCallback, ExportableState):
                     f"more than tasks.max_tasks={self.config.tasks.max_tasks} distinct tasks: per-task metrics are "
                     f"logged for {len(kept)} tasks ({', '.join(map(repr, kept[:5]))}{', ...' if len(kept) > 5 else ''})"
                     f" and the others ({', '.join(map(repr, capped[:5]))}{', ...' if len(capped) > 5 else ''}) share "
-                    "the rl_guards/task/~other/... curves. Dumps keep every row's own task name. Raise "
+                    "the rl_guards_task/~other/... curves. Dumps keep every row's own task name. Raise "
                     "tasks.max_tasks (0 = no cap) to give every task its own curves.",
                     step,
                 ),

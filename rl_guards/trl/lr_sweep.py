@@ -8,7 +8,7 @@ reads each run's per-task reward curve from ``trainer.state.log_history`` and wr
                           output_dir="sweeps/lr")
     print(result.markdown())          # also in <output_dir>/sweep_summary.md and sweep_summary.json
 
-Curves come from ``rl_guards/task/<task>/reward_mean`` when the guards are installed (the ``tasks`` monitor),
+Curves come from ``rl_guards_task/<task>/reward_mean`` when the guards are installed (the ``tasks`` monitor),
 else from TRL's own ``reward`` (one pseudo-task, ``all``).
 """
 
@@ -103,7 +103,7 @@ def _fmt(value: float | None) -> str:
 def reward_curves(log_history: Sequence[dict[str, Any]]) -> dict[str, list[list[float]]]:
     """Per-task reward curves ``task -> [[step, value], ...]`` from a trainer's ``state.log_history``.
 
-    Uses ``rl_guards/task/<task>/reward_mean`` when present, else TRL's ``reward`` as task ``all``. Eval rows
+    Uses ``rl_guards_task/<task>/reward_mean`` when present, else TRL's ``reward`` as task ``all``. Eval rows
     (``eval_*`` keys) are skipped.
     """
     curves: dict[str, list[list[float]]] = {}
