@@ -21,7 +21,13 @@ from hypothesis import strategies as st
 from rl_guards.core import think_markup as tm
 
 NAME_MARKUPS = [tm.THINK, tm.ThinkMarkup("<reasoning>", "</reasoning>", name="reasoning")]
-MARKUPS = [*NAME_MARKUPS, tm.GEMMA4, tm.GPTOSS, tm.ThinkMarkup("[[", "[[[", name="overlapping")]
+MARKUPS = [
+    *NAME_MARKUPS,
+    tm.GEMMA4,
+    tm.GPTOSS,
+    tm.ThinkMarkup("[[", "[[[", name="overlapping"),
+    tm.ThinkMarkup("<a|", "<a|<a|!", name="prefixed"),  # a tag that is a prefix of the other
+]
 _REF_MARKUPS = {id(m): ref.ThinkMarkup(**vars(m)) for m in MARKUPS}
 
 
