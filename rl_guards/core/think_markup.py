@@ -618,7 +618,8 @@ def scan(
     n_events = len(events)
     close_count = n_events - open_count
 
-    # ---- the block state machine; the common shapes of a plain markup without the general walk
+    # ---- the block state machine; the common shapes of a quick markup without the general walk: no tag, one
+    # block, a prompt-opened block closed, an unclosed block, a stray close
     codes: set[str]
     quick = plan.quick
     if quick and n_events == 0:
@@ -655,6 +656,21 @@ def scan(
         if not answer:
             codes.add(EMPTY_ANSWER)
         blocks, closed, inside = 1, 1, False
+    elif quick and n_events == 1 and not prompt_opened:
+        s0, e0, _ = events[0]
+        before = text[:s0].strip() if s0 else ""
+        if open_count:  # a block never closed (the completion hit the length limit)
+            codes = {TEXT_BEFORE_OPEN, UNCLOSED_OPEN} if before else {UNCLOSED_OPEN}
+            answer, thinking = before, text[e0:].strip()
+            blocks, closed, inside = 1, 0, True
+        else:  # a close with no open: the text before it is thinking whose open tag is missing
+            codes = {STRAY_CLOSE}
+            thinking = before
+            end = len(text) - cut
+            answer = text[e0:end].strip() if e0 < end else ""
+            if not answer:
+                codes.add(EMPTY_ANSWER)
+            blocks, closed, inside = 1, 1, False
     else:
         walk = _walk(events, len(text), prompt_opened, text, plan.header)
         codes = walk.codes
