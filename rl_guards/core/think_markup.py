@@ -1,7 +1,9 @@
 """Think-markup scanner: is a completion ``<think>…</think>answer``, a plain answer, or malformed?
 
-Pure Python (no torch / transformers), linear time: tags are located with ``str.find`` and near-miss tags with
-one bounded regex, then a small state machine walks the tag events once.
+Pure Python (no torch / transformers), linear time, and Python work per ``<``, not per character: the scan
+hops from one ``<`` to the next with ``str.find`` (memchr) and checks each (exact tag, near-miss candidate, or
+neither); past a few ``<`` that are not tags (code, inequalities) one compiled pattern walks the rest in C. A
+small state machine then walks the tag events once; the common shapes (no tag, one block) skip it.
 
 Model of a completion (``prompt_opened=False``)::
 
@@ -196,27 +198,101 @@ class MarkupVerdict:
 
 
 # ----- scanning ---------------------------------------------------------------------------------------------
-def _tag_events(text: str, markup: ThinkMarkup) -> tuple[list[tuple[int, int, bool]], bool]:
-    """Sorted, non-overlapping ``(start, end, is_open)`` of every exact tag, and whether a near-miss tag occurs.
+# Cost model (CPython): a C-level pass over the text (str.find, a compiled pattern) costs 0.05-0.7 ns a
+# character; a Python-level step costs 30-100 ns. So the text is crossed by C calls only, Python work is per tag
+# or per "<", and the verdict is built from index pairs with one slice per answer/thinking piece.
 
-    ``<name>``-style markups take one regex pass that finds exact and near-miss tags alike; others use
-    ``str.find`` per tag (near misses are not defined for them).
+_Event = tuple[int, int, bool]  # (start, end, is_open)
+
+# "<" that are no tag checked one by one (a few C calls, ~0.3-0.6 us each) before one pattern pass (~0.4-0.7 ns a
+# character, ~35 ns a "<") takes the rest: a budget that grows with the text, so neither way costs much more than
+# the other.
+# Dense "<" (code, HTML: two within _HOP_GAP characters) go to the pattern at once.
+_HOPS = 2
+_HOP_SHIFT = 10
+_HOP_GAP = 256
+
+
+class _Plan:
+    """Per-markup constants of a scan, computed once per :class:`ThinkMarkup` object."""
+
+    __slots__ = (
+        "candidate",
+        "candidate_at",
+        "close_len",
+        "close_tag",
+        "cut_prefixes",
+        "cut_span",
+        "header",
+        "markup",
+        "name",
+        "near_miss",
+        "open_len",
+        "open_tag",
+        "plain",
+        "quick",
+        "tags",
+    )
+
+    def __init__(self, markup: ThinkMarkup) -> None:
+        self.markup = markup
+        self.open_tag, self.close_tag = markup.open_tag, markup.close_tag
+        self.tags = (markup.open_tag, markup.close_tag)
+        self.open_len, self.close_len = len(markup.open_tag), len(markup.close_tag)
+        self.cut_span = max(self.open_len, self.close_len)  # a cut tag starts in the last cut_span - 1 characters
+        cut = {tag[:k] for tag in self.tags for k in range(_MIN_PARTIAL, len(tag))}
+        self.cut_prefixes = tuple(sorted(cut, key=len, reverse=True))
+        self.header = markup.open_header
+        self.name = markup.tag_name
+        # plain: the answer is the text outside blocks, stripped (no answer marker, no trailers)
+        self.plain = not markup.answer_marker and not markup.trailers
+        # quick: scan()'s shortcuts apply (tags found by "<" hops, no header, plain)
+        self.quick = self.name is not None and not self.header and self.plain
+        self.near_miss = _near_miss_regex(self.name) if self.name is not None else None
+        self.candidate = _candidate_regex(self.name) if self.name is not None else None
+        self.candidate_at = self.candidate.match if self.candidate is not None else None
+
+
+_PLANS: dict[int, _Plan] = {}
+
+
+def _plan(markup: ThinkMarkup) -> _Plan:
+    # Keyed by id() with an identity check: hashing a frozen dataclass costs more than a short scan's Python work.
+    plan = _PLANS.get(id(markup))
+    if plan is None or plan.markup is not markup:
+        if len(_PLANS) >= 64:
+            _PLANS.clear()
+        plan = _PLANS[id(markup)] = _Plan(markup)
+    return plan
+
+
+def _pattern_tag_events(text: str, pos: int, plan: _Plan, events: list[_Event], near: bool) -> bool:
+    """Append the exact tags from ``pos`` on to ``events`` (one ``finditer`` of the candidate pattern).
+
+    Returns whether a near miss occurs (``near``: one was found before ``pos``).
     """
-    name = markup.tag_name
-    if name is not None:
-        open_tag, close_tag = markup.open_tag, markup.close_tag
-        events: list[tuple[int, int, bool]] = []
-        near = False
-        for m in _near_miss_regex(name).finditer(text):
-            s = m.start()
-            if text.startswith(open_tag, s):
-                events.append((s, s + len(open_tag), True))
-            elif text.startswith(close_tag, s):
-                events.append((s, s + len(close_tag), False))
-            elif not near:
-                near = _is_near_miss(text, s, m.end(), name)
-        return events, near
-    events = []
+    startswith = text.startswith
+    open_tag, close_tag, open_len, close_len = plan.open_tag, plan.close_tag, plan.open_len, plan.close_len
+    for m in plan.candidate.finditer(text, pos):  # type: ignore[union-attr]
+        s = m.start()
+        if startswith(open_tag, s):
+            events.append((s, s + open_len, True))
+        elif startswith(close_tag, s):
+            events.append((s, s + close_len, False))
+        elif not near:
+            near = _near_miss_at(text, s, plan)
+    return near
+
+
+def _near_miss_at(text: str, s: int, plan: _Plan) -> bool:
+    """Is the ``<`` at ``s`` (not an exact tag) a near-miss tag?"""
+    m = plan.near_miss.match(text, s)  # type: ignore[union-attr]
+    return m is not None and _is_near_miss(text, s, m.end(), plan.name)  # type: ignore[arg-type]
+
+
+def _literal_tag_events(text: str, markup: ThinkMarkup) -> tuple[list[_Event], bool]:
+    """Tags of markups that are not ``<name>``-shaped, by ``str.find`` per tag; overlapping tags: the longer."""
+    events: list[_Event] = []
     for tag, is_open in ((markup.open_tag, True), (markup.close_tag, False)):
         n = len(tag)
         i = text.find(tag)
@@ -235,31 +311,33 @@ def _tag_events(text: str, markup: ThinkMarkup) -> tuple[list[tuple[int, int, bo
     return kept, False
 
 
-@dataclass
 class _Walk:
-    codes: set[str]
-    blocks: int  # blocks opened, prompt-opened included
-    closed: int
-    inside: bool
-    answer_parts: list[tuple[int, int]]
-    think_parts: list[tuple[int, int]]
-    after_last_close: int  # index into answer_parts of the first part after the last close
+    """What the block state machine found (see :func:`_walk`)."""
+
+    __slots__ = ("after_last_close", "answer_parts", "blocks", "closed", "codes", "inside", "think_parts")
+
+    def __init__(
+        self,
+        codes: set[str],
+        blocks: int,
+        closed: int,
+        inside: bool,
+        answer_parts: list[tuple[int, int]],
+        think_parts: list[tuple[int, int]],
+        after_last_close: int,
+    ) -> None:
+        self.codes = codes
+        self.blocks = blocks  # blocks opened, prompt-opened included
+        self.closed = closed
+        self.inside = inside
+        self.answer_parts = answer_parts
+        self.think_parts = think_parts
+        self.after_last_close = after_last_close  # index into answer_parts of the first part after the last close
 
 
-def _walk(
-    events: Sequence[tuple[int, int, bool]], length: int, prompt_opened: bool, text: str | None, header: str = ""
-) -> _Walk:
+def _walk(events: Sequence[_Event], length: int, prompt_opened: bool, text: str | None, header: str = "") -> _Walk:
     """Run the block state machine. ``text=None`` (token ids) skips the codes that need visible text."""
-
-    def visible(a: int, b: int) -> bool:
-        return text is not None and a < b and _NONSPACE.search(text, a, b) is not None
-
-    def visible_thinking(a: int, b: int) -> bool:
-        if not header or not visible(a, b):
-            return False if header else visible(a, b)
-        seg = text[a:b].strip()  # type: ignore[index]
-        return bool(seg[len(header) :].strip()) if seg.startswith(header) else True
-
+    nonspace = _NONSPACE.search
     codes: set[str] = set()
     inside = prompt_opened
     blocks = 1 if prompt_opened else 0
@@ -275,7 +353,8 @@ def _walk(
     for start, end, is_open in events:
         if inside:
             think_parts.append((cursor, start))
-            block_visible = block_visible or visible_thinking(cursor, start)
+            if not block_visible and text is not None and cursor < start and nonspace(text, cursor, start):
+                block_visible = not header or _header_block_visible(text, cursor, start, header)
             if is_open:
                 if prompt_opened and closed == 0 and not generated_open_in_block:
                     codes.add(DOUBLE_OPEN)
@@ -289,8 +368,7 @@ def _walk(
                 if text is not None and not block_visible:
                     codes.add(EMPTY_THINKING)
         else:
-            gap_visible = visible(cursor, start)
-            if gap_visible:
+            if text is not None and cursor < start and nonspace(text, cursor, start):
                 if closed:
                     answer_started = True
                 else:
@@ -327,21 +405,25 @@ def _walk(
     return _Walk(codes, blocks, closed, inside, answer_parts, think_parts, after_last_close)
 
 
-def _cut_tag_at_end(text: str, markup: ThinkMarkup) -> int:
-    """Length of a truncated tag ending the text (a proper prefix of ``_MIN_PARTIAL``+ characters), else 0."""
-    n = len(text)
-    best = 0
-    for tag in (markup.open_tag, markup.close_tag):
-        if text.endswith(tag):
-            return 0
-        # Candidates start at an occurrence of the tag's first character within the last len(tag)-1 characters.
-        i = text.find(tag[0], max(0, n - len(tag) + 1))
-        while 0 <= i <= n - _MIN_PARTIAL:
-            if n - i > best and tag.startswith(text[i:]):
-                best = n - i
-                break
-            i = text.find(tag[0], i + 1)
-    return best
+def _header_block_visible(text: str, a: int, b: int, header: str) -> bool:
+    """``text[a:b]`` has visible text (known) beyond a leading ``header`` (gemma4's ``thought``)."""
+    seg = text[a:b].strip()
+    return bool(seg[len(header) :].strip()) if seg.startswith(header) else True
+
+
+def _cut_tag_at_end(text: str, plan: _Plan) -> int:
+    """Length of a truncated tag ending the text (a proper prefix of ``_MIN_PARTIAL``+ characters), else 0.
+
+    The longest such suffix over both tags; 0 when the text ends with a whole tag. Two ``endswith`` calls in C
+    decide the usual case.
+    """
+    prefixes = plan.cut_prefixes  # longest first
+    if not prefixes or not text.endswith(prefixes) or text.endswith(plan.tags):
+        return 0
+    for prefix in prefixes:
+        if text.endswith(prefix):
+            return len(prefix)
+    return 0  # pragma: no cover - endswith(prefixes) found one above
 
 
 def _is_near_miss(text: str, s: int, e: int, name: str) -> bool:
@@ -366,10 +448,20 @@ def _near_miss_regex(name: str) -> re.Pattern[str]:
     return re.compile(r"<[ \t]{0,3}/?[ \t]{0,3}" + re.escape(name), re.IGNORECASE)
 
 
-def _id_events(token_ids: Sequence[int], open_id: int, close_id: int) -> list[tuple[int, int, bool]]:
+@lru_cache(maxsize=16)
+def _candidate_regex(name: str) -> re.Pattern[str]:
+    """A superset of :func:`_near_miss_regex`'s matches (same starts) that is cheaper per ``<``.
+
+    ``[ \\t/]{0,7}`` covers ``[ \\t]{0,3}/?[ \\t]{0,3}``; the name is matched with the same case folding. A
+    match's span holds no ``<``, so ``finditer`` skips no candidate start.
+    """
+    return re.compile(r"<[ \t/]{0,7}(?i:" + re.escape(name) + ")")
+
+
+def _id_events(token_ids: Sequence[int], open_id: int, close_id: int) -> list[_Event]:
     # list.index scans in C: a completion has thousands of ids and a handful of tags.
     ids = token_ids if isinstance(token_ids, list) else list(token_ids)
-    events: list[tuple[int, int, bool]] = []
+    events: list[_Event] = []
     for tag, is_open in ((open_id, True), (close_id, False)):
         i = -1
         while True:
@@ -382,18 +474,44 @@ def _id_events(token_ids: Sequence[int], open_id: int, close_id: int) -> list[tu
     return events
 
 
+def _join_pieces(text: str, parts: Sequence[tuple[int, int]]) -> str:
+    """The stripped, non-empty ``text[a:b]`` pieces joined by newlines."""
+    if len(parts) == 1:
+        a, b = parts[0]
+        return text[a:b].strip() if a < b else ""
+    pieces = []
+    for a, b in parts:
+        if a < b:
+            piece = text[a:b].strip()
+            if piece:
+                pieces.append(piece)
+    return "\n".join(pieces)
+
+
+def _any_visible(text: str, parts: list[tuple[int, int]], cut: int) -> bool:
+    """``_clean_answer(text, parts, markup, cut)`` is not empty, for a plain markup (no copy of the text)."""
+    n = len(text)
+    for a, b in parts:
+        if b == n:  # only the last part reaches the end; a tag cut by the end is not answer text
+            b -= cut
+        if a < b and _NONSPACE.search(text, a, b):
+            return True
+    return False
+
+
 def _clean_answer(text: str, parts: list[tuple[int, int]], markup: ThinkMarkup, cut: int = 0) -> str:
     """Join the answer parts; drop a tag cut by the end of the text (``cut`` chars), framing, and trailers."""
     if cut and parts and parts[-1][1] == len(text):
         parts = [*parts[:-1], (parts[-1][0], len(text) - cut)]
-    answer = "\n".join(piece for a, b in parts if a < b and (piece := text[a:b].strip()))
+    answer = _join_pieces(text, parts)
     if markup.answer_marker:
         k = answer.rfind(markup.answer_marker)
         if k >= 0:
             answer = answer[k + len(markup.answer_marker) :]
-    answer = answer.strip()
+        answer = answer.strip()
     if not markup.trailers:
         return answer
+    answer = answer.strip()
     # Trailers may repeat ("<|return|><|return|>"): move an end index rather than slice, so this stays linear.
     end = len(answer)
     changed = True
@@ -414,14 +532,21 @@ def _rstrip_end(text: str, end: int) -> int:
 
 
 def _clean_thinking(text: str, parts: list[tuple[int, int]], markup: ThinkMarkup) -> str:
+    header = markup.open_header
+    if not header:
+        return _join_pieces(text, parts)
     pieces = []
     for a, b in parts:
         piece = text[a:b].strip()
-        if markup.open_header and piece.startswith(markup.open_header):
-            piece = piece[len(markup.open_header) :].strip()
+        if piece.startswith(header):
+            piece = piece[len(header) :].strip()
         if piece:
             pieces.append(piece)
     return "\n".join(pieces)
+
+
+_new_verdict = object.__new__
+_THINK_PLAN = _Plan(THINK)
 
 
 def scan(
@@ -433,32 +558,150 @@ def scan(
     open_id: int | None = None,
     close_id: int | None = None,
 ) -> MarkupVerdict:
-    """Classify one completion's think markup. Never raises on any ``str``; linear in ``len(text)``."""
+    """Classify one completion's think markup. Never raises on any ``str``; linear in ``len(text)``.
+
+    Cost: a few ``str.find`` calls when the text's only ``<`` are its tags; one compiled-pattern pass over the rest
+    of the text from the first other ``<``; Python work per tag, not per character.
+    """
     if not isinstance(text, str):
         raise TypeError(f"scan() needs a str, got {type(text).__name__}")
-    events, near_miss = _tag_events(text, markup)
-    open_count = sum(1 for e in events if e[2])
-    close_count = len(events) - open_count
-    walk = _walk(events, len(text), prompt_opened, text, markup.open_header)
-    codes = walk.codes
-    cut = _cut_tag_at_end(text, markup)
-    answer = _clean_answer(text, walk.answer_parts, markup, cut)
-    thinking = _clean_thinking(text, walk.think_parts, markup)
-    if walk.closed and not walk.inside:
-        last = walk.answer_parts[walk.after_last_close :]
-        if not (answer if walk.after_last_close == 0 else _clean_answer(text, last, markup, cut)):
+    if markup is THINK:
+        plan = _THINK_PLAN
+    else:
+        plan = _PLANS.get(id(markup))
+        if plan is None or plan.markup is not markup:
+            plan = _plan(markup)
+
+    # ---- exact tags, near misses, a tag cut by the end of the text
+    near_miss = False
+    cut = 0
+    open_count = 0
+    events: list[_Event] = []
+    if plan.name is not None:
+        # Every tag and near miss starts with "<" and holds no other "<": hop from "<" to "<" with str.find
+        # (memchr). A "<" that is no tag (inequality, code, near miss) costs one candidate match; past a budget of
+        # them, one compiled pattern walks the rest of the text in C.
+        find = text.find
+        i = find("<")
+        if i >= 0:
+            startswith = text.startswith
+            tags = plan.tags
+            hops = _HOPS + (len(text) >> _HOP_SHIFT)
+            last_other = -_HOP_GAP  # the last "<" that is no tag: only such a "<" can start a tag cut by the end
+            while i >= 0:
+                if startswith(tags, i):
+                    if text[i + 1] == "/":  # "</name>"; the open tag "<name>" has a letter there
+                        end = i + plan.close_len
+                        events.append((i, end, False))
+                    else:
+                        end = i + plan.open_len
+                        events.append((i, end, True))
+                        open_count += 1
+                elif hops and i - last_other >= _HOP_GAP:
+                    hops -= 1
+                    last_other = i
+                    if not near_miss and plan.candidate_at(text, i) is not None:
+                        near_miss = _near_miss_at(text, i, plan)
+                    i = find("<", i + 1)
+                    continue
+                else:
+                    near_miss = _pattern_tag_events(text, i, plan, events, near_miss)
+                    open_count = sum(1 for event in events if event[2])
+                    last_other = text.rfind("<")
+                    break
+                i = find("<", end)
+            if last_other > len(text) - plan.cut_span:
+                cut = _cut_tag_at_end(text, plan)
+    else:
+        events, near_miss = _literal_tag_events(text, markup)
+        open_count = sum(1 for event in events if event[2])
+        cut = _cut_tag_at_end(text, plan)
+    n_events = len(events)
+    close_count = n_events - open_count
+
+    # ---- the block state machine; the common shapes of a quick markup without the general walk: no tag, one
+    # block, a prompt-opened block closed, an unclosed block, a stray close
+    codes: set[str]
+    quick = plan.quick
+    if quick and n_events == 0:
+        if prompt_opened:
+            codes, answer, thinking, blocks, closed, inside = {UNCLOSED_OPEN}, "", text.strip(), 1, 0, True
+        else:
+            answer = (text[: len(text) - cut] if cut else text).strip()
+            codes, thinking, blocks, closed, inside = set(), "", 0, 0, False
+    elif quick and n_events == 2 and open_count == 1 and events[0][2] and not prompt_opened:
+        (s0, e0, _), (s1, e1, _) = events
+        codes = set()
+        before = text[:s0].strip() if s0 else ""
+        if before:
+            codes.add(TEXT_BEFORE_OPEN)
+        thinking = text[e0:s1].strip()
+        if not thinking:
+            codes.add(EMPTY_THINKING)
+        end = len(text) - cut  # a tag cut by the end of the text is not answer text
+        answer = text[e1:end].strip() if e1 < end else ""
+        if not answer:
             codes.add(EMPTY_ANSWER)
+            answer = before
+        elif before:
+            answer = f"{before}\n{answer}"
+        blocks, closed, inside = 1, 1, False
+    elif quick and n_events == 1 and not open_count and prompt_opened:
+        s0, e0, _ = events[0]
+        codes = set()
+        thinking = text[:s0].strip()
+        if not thinking:
+            codes.add(EMPTY_THINKING)
+        end = len(text) - cut
+        answer = text[e0:end].strip() if e0 < end else ""
+        if not answer:
+            codes.add(EMPTY_ANSWER)
+        blocks, closed, inside = 1, 1, False
+    elif quick and n_events == 1 and not prompt_opened:
+        s0, e0, _ = events[0]
+        before = text[:s0].strip() if s0 else ""
+        if open_count:  # a block never closed (the completion hit the length limit)
+            codes = {TEXT_BEFORE_OPEN, UNCLOSED_OPEN} if before else {UNCLOSED_OPEN}
+            answer, thinking = before, text[e0:].strip()
+            blocks, closed, inside = 1, 0, True
+        else:  # a close with no open: the text before it is thinking whose open tag is missing
+            codes = {STRAY_CLOSE}
+            thinking = before
+            end = len(text) - cut
+            answer = text[e0:end].strip() if e0 < end else ""
+            if not answer:
+                codes.add(EMPTY_ANSWER)
+            blocks, closed, inside = 1, 1, False
+    else:
+        walk = _walk(events, len(text), prompt_opened, text, plan.header)
+        codes = walk.codes
+        answer = _clean_answer(text, walk.answer_parts, markup, cut)
+        thinking = _clean_thinking(text, walk.think_parts, markup)
+        if walk.closed and not walk.inside:
+            last = walk.answer_parts[walk.after_last_close :]
+            if walk.after_last_close == 0:
+                empty = not answer
+            elif plan.plain:  # visible text after the last close, without joining copies of it
+                empty = not _any_visible(text, last, cut)
+            else:
+                empty = not _clean_answer(text, last, markup, cut)
+            if empty:
+                codes.add(EMPTY_ANSWER)
+        blocks, closed, inside = walk.blocks, walk.closed, walk.inside
     if near_miss or cut:
         codes.add(PARTIAL_TAG)
 
+    # ---- tags on token ids
     id_open = id_close = None
-    blocks, closed, inside = walk.blocks, walk.closed, walk.inside
     if token_ids is not None and open_id is not None and close_id is not None and open_id != close_id:
         id_events = _id_events(token_ids, open_id, close_id)
-        id_open = sum(1 for e in id_events if e[2])
+        id_open = 0
+        for event in id_events:
+            if event[2]:
+                id_open += 1
         id_close = len(id_events) - id_open
         id_walk = _walk(id_events, len(token_ids), prompt_opened, None)
-        if (id_open, id_close) != (open_count, close_count):
+        if id_open != open_count or id_close != close_count:
             codes.add(IDS_TEXT_MISMATCH)
             if not events and id_events:
                 # The text lost its tags (tool parsing moved the thinking out, or the tags are special tokens
@@ -468,26 +711,33 @@ def scan(
                 answer, thinking = _clean_answer(text, [(0, len(text))], markup, cut), ""
         codes |= id_walk.codes
 
-    anomalies = tuple(sorted(codes))
-    if codes & MALFORMED:
-        kind = "anomalous"
-    elif blocks == 1 and closed == 1 and not inside:
-        kind = "thinking"
+    # ---- the verdict
+    if not codes:
+        anomalies: tuple[str, ...] = ()
+        kind = "thinking" if blocks == 1 and closed == 1 and not inside else "answer"
     else:
-        kind = "answer"
-    has_tags = bool(events) or bool(id_open) or bool(id_close)
-    return MarkupVerdict(
-        kind=kind,
-        anomalies=anomalies,
-        answer=answer,
-        thinking=thinking,
-        open_count=open_count,
-        close_count=close_count,
-        has_tags=has_tags,
-        prompt_opened=prompt_opened,
-        id_open_count=id_open,
-        id_close_count=id_close,
-    )
+        anomalies = tuple(sorted(codes))
+        if not codes.isdisjoint(MALFORMED):
+            kind = "anomalous"
+        elif blocks == 1 and closed == 1 and not inside:
+            kind = "thinking"
+        else:
+            kind = "answer"
+    # The frozen dataclass __init__ sets each field through object.__setattr__ (about as slow as a short scan);
+    # filling the instance dict builds the same object (eq, hash, repr, pickle), in field order.
+    verdict = _new_verdict(MarkupVerdict)
+    fields = verdict.__dict__
+    fields["kind"] = kind
+    fields["anomalies"] = anomalies
+    fields["answer"] = answer
+    fields["thinking"] = thinking
+    fields["open_count"] = open_count
+    fields["close_count"] = close_count
+    fields["has_tags"] = n_events > 0 or bool(id_open) or bool(id_close)
+    fields["prompt_opened"] = prompt_opened
+    fields["id_open_count"] = id_open
+    fields["id_close_count"] = id_close
+    return verdict
 
 
 def strip_thinking(text: str, markup: ThinkMarkup = THINK, *, prompt_opened: bool = False) -> str:
