@@ -12,7 +12,7 @@ from rl_guards.core.groups import group_outcomes, outcome, trl_totals, update_ra
 from rl_guards.core.lengths import percentile, round_up, summarize_lengths
 from rl_guards.core.routing import check_routing, table_from_funcs, table_from_names
 from rl_guards.core.slicing import find_cut_completions, find_cut_inside, find_length_caps, is_round_length
-from rl_guards.core.task_stats import is_binary, mean_std, task_stats
+from rl_guards.core.task_stats import mean_std, task_stats
 from rl_guards.errors import ConfigError
 from rl_guards.rewards.routing import AsyncRoutedReward, RoutedReward, route
 from rl_guards.rewards.slicing import drain_watched, watch_inputs
@@ -130,7 +130,6 @@ def test_task_stats_exclude_unscored_rows_and_functions_that_skipped() -> None:
     assert m.func_values == {"f0": [1.0]} and c.func_values == {"f1": [0.5, 0.0]}
     assert c.reward_mean == 0.25 and c.reward_std == pytest.approx(0.25)
     assert mean_std([]) == (None, None)
-    assert is_binary([0.0, 1.0, 1.0]) and not is_binary([0.0, 0.5])
 
 
 # ----- routing ---------------------------------------------------------------------------------------------

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from rl_guards.core.batch import RolloutBatch
-
-BINARY_VALUES = (0.0, 1.0)
 
 
 @dataclass
@@ -34,11 +31,6 @@ def mean_std(values: list[float]) -> tuple[float | None, float | None]:
     mean = sum(values) / len(values)
     var = sum((v - mean) ** 2 for v in values) / len(values)
     return mean, math.sqrt(var)
-
-
-def is_binary(values: Iterable[float]) -> bool:
-    """True when every value is exactly 0 or 1."""
-    return all(v in BINARY_VALUES for v in values)
 
 
 def task_stats(batch: RolloutBatch) -> dict[str, TaskStats]:

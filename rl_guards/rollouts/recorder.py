@@ -445,7 +445,7 @@ class RolloutRecorder(Guard):
             index_error = f"wrote {path} but could not update {folder / INDEX_FILE}: {type(exc).__name__}: {exc}"
         wandb = None
         if new_rows and self.config.wandb_rows_per_task > 0 and _wandb_active():
-            wandb = wandb_rows(table, self.config.wandb_rows_per_task, self.ctx.decode)
+            wandb = wandb_rows(table, self.config.wandb_rows_per_task, self.ctx.decode, meta.get("checkpoint"))
         return {"step": meta["step"], "new_rows": new_rows, "index_error": index_error, "wandb": wandb,
                 "repaired": repaired, "path": str(path)}  # fmt: skip
 
@@ -620,32 +620,28 @@ def _columns_json(batch: RolloutBatch, names: list[str], row: int) -> str:
     return _clean_text(json.dumps(values, default=str, ensure_ascii=False))
 
 
-def wandb_rows(table: Any, per_task: int, decode: Any = None) -> tuple[list[str], list[list[Any]]]:
+def wandb_rows(
+    table: Any, per_task: int, decode: Any = None, checkpoint: int | None = None
+) -> tuple[list[str], list[list[Any]]]:
     """A small sample for a W&B table: ``per_task`` rows per task, from distinct groups first; texts cut.
 
-    Prompts and completions are decoded from their ids with special tokens kept (``decode``), for the sampled
-    rows only; without a decoder the completion is the reward functions' text.
+    Columns, as TRL's own completions table has them and more: step, checkpoint, task, group, the prompt's tail, the
+    completion with special tokens visible (decoded from its ids with ``decode``, for the sampled rows only; without
+    a decoder the reward functions' text), the total reward, one column per reward function, the advantage,
+    truncated, the think verdict and its anomalies.
     """
+    funcs = [name for name in table.column_names if name.startswith(REWARD_PREFIX)]
     data = table.select(
-        ["step", "task", "group", "reward", "advantage", "truncated", "think_kind", "prompt_ids", "completion_ids",
-         "completion_text"]
+        ["step", "task", "group", "reward", *funcs, "advantage", "truncated", "think_kind", "think_anomalies",
+         "prompt_ids", "completion_ids", "completion_text"]
     ).to_pylist()  # fmt: skip
     by_task: dict[str, list[int]] = {}
     for i, row in enumerate(data):
         by_task.setdefault(row["task"], []).append(i)
     columns = [
-        "step",
-        "task",
-        "group",
-        "reward",
-        "advantage",
-        "truncated",
-        "think_kind",
-        "prompt_tail",
-        "completion",
-        "completion_chars",
-        "completion_cut_for_table",
-    ]
+        "step", "checkpoint", "task", "group", "prompt_tail", "completion", "reward", *funcs, "advantage",
+        "truncated", "think_kind", "think_anomalies", "completion_chars", "completion_cut_for_table",
+    ]  # fmt: skip
     rows: list[list[Any]] = []
     for task in sorted(by_task):
         seen_groups: set[int] = set()
@@ -659,19 +655,12 @@ def wandb_rows(table: Any, per_task: int, decode: Any = None) -> tuple[list[str]
             prompt = decode(row["prompt_ids"]) if decode is not None and row["prompt_ids"] else ""
             rows.append(
                 [
-                    row["step"],
-                    row["task"],
-                    row["group"],
-                    row["reward"],
-                    row["advantage"],
-                    row["truncated"],
-                    row["think_kind"],
-                    prompt[-WANDB_PROMPT_CHARS:],
-                    text[:WANDB_TEXT_CHARS],
-                    len(text),
+                    row["step"], checkpoint, row["task"], row["group"], prompt[-WANDB_PROMPT_CHARS:],
+                    text[:WANDB_TEXT_CHARS], row["reward"], *(row[f] for f in funcs), row["advantage"],
+                    row["truncated"], row["think_kind"], ", ".join(row["think_anomalies"] or []), len(text),
                     len(text) > WANDB_TEXT_CHARS,
                 ]
-            )
+            )  # fmt: skip
     return columns, rows
 
 
