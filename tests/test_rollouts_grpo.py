@@ -119,3 +119,26 @@ def test_dumps_at_period_and_checkpoints_and_survive_resume(
     assert "checkpoint-2 (step 1)" in page and "checkpoint-4 (step 3)" in page and "(all, TRL)" in page
     assert cli_main.main(["rollouts", str(out), "show", "--step", "3", "--limit", "1"]) == 0
     assert "step 3 | " in capsys.readouterr().out
+
+
+def test_dump_schedule_with_steps_per_generation_2(tmp_path: Path) -> None:
+    # One generation batch every 2 optimizer steps (steps 0, 2, 4, 6): with every_steps=3, the first batch at or
+    # after each multiple of 3 is dumped. 0.1 dumped only batches whose step was a multiple of 3 (here 0 and 6).
+    out = tmp_path / "spg"
+    trainer = _trainer(out, max_steps=8, steps_per_generation=2)
+    seen: list[int] = []
+    run = rl_guards.install(
+        trainer, {"rollouts": {"every_steps": 3, "wandb_rows_per_task": 0}}, guards=[RolloutRecorder]
+    )
+    original = run._after_generation
+
+    def record(output: Any) -> None:
+        seen.append(int(trainer.state.global_step))
+        original(output)
+
+    run._after_generation = record
+    trainer.train()
+    assert seen == [0, 2, 4, 6]  # the scenario: a batch every second step
+    store = RolloutStore(out)
+    assert store.steps() == [0, 4, 6]
+    assert all(len(store.load(s)) == 16 for s in store.steps())  # the whole generation batch of 2 steps

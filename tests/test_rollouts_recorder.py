@@ -121,6 +121,7 @@ def test_periodic_and_checkpoint_schedule(tmp_path: Path) -> None:
 
 def test_on_save_disabled_and_eval_batches_and_other_ranks_write_nothing(tmp_path: Path) -> None:
     h = Harness(str(tmp_path), every_steps=5, on_save=False)
+    h.recorder.load_state_dict({"next_due": 5})  # step 0 was dumped before (a resumed schedule): step 1 is not due
     h.batch(make_batch(1))
     h.save(2)
     h.batch(make_batch(5, mode="eval"))
@@ -131,6 +132,23 @@ def test_on_save_disabled_and_eval_batches_and_other_ranks_write_nothing(tmp_pat
     other.batch(make_batch(0))
     other.save(1)
     assert not (tmp_path / "rank1").exists() and not other.recorder._batches  # nothing kept either
+
+
+def test_periodic_dumps_follow_generation_batches_that_skip_steps(tmp_path: Path) -> None:
+    # steps_per_generation=2: a batch is generated at steps 0, 2, 4, ... With every_steps=3 the first batch at or
+    # after each multiple of 3 is dumped (0.1 required step % 3 == 0 and dumped only step 0, 6, 12, ...).
+    h = Harness(str(tmp_path), every_steps=3)
+    h.begin(0)
+    for step in range(0, 14, 2):
+        h.batch(make_batch(step))
+    assert _files(_folder(tmp_path)) == [INDEX_FILE, *(step_file_name(s) for s in (0, 4, 6, 10, 12))]
+    # The schedule is state: a resumed recorder continues it instead of starting over.
+    resumed = Harness(str(tmp_path), every_steps=3)
+    resumed.recorder.load_state_dict(json.loads(json.dumps(h.recorder.state_dict())))
+    resumed.begin(14)
+    resumed.batch(make_batch(14))
+    resumed.batch(make_batch(16))
+    assert _files(_folder(tmp_path))[-1] == step_file_name(16)  # due from 15 on; 14 was not
 
 
 def test_output_dir_override(tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 When it writes (main process only, train batches only)::
 
     on_train_begin(k)        # dumps of steps >= k are from an abandoned trajectory: moved to superseded/
-    after_batch(batch)       # batch.step % every_steps == 0 -> step_<step>.parquet (reason "periodic")
+    after_batch(batch)       # the first batch at or after each multiple of every_steps -> step_<step>.parquet
+                             # (reason "periodic"); other batches of that step join the file
     before_save(checkpoint-k)  # the latest step seen, if not dumped yet -> reason "checkpoint", tagged k,
                                # on disk before the trainer writes the checkpoint
     on_stop(batch)           # a guard stops the run: the offending batch (reason "stopped"), on disk before the raise
@@ -247,12 +248,20 @@ class RolloutRecorder(Guard):
         self._writer = BackgroundWriter(self.MAX_PENDING, name="rl_guards-rollouts")
         self._tokenizer_saved = False
         self.write_errors = 0  # failed writes so far (state: survives a resume)
+        # The periodic schedule, kept on every rank alike: the first generation batch at or after each multiple of
+        # every_steps is dumped (with steps_per_generation > 1 a batch is generated only every few steps).
+        self._next_due = 0  # the next multiple of every_steps a batch must reach to be dumped
+        self._due_step: int | None = None  # the step being dumped (its other generation batches join the file)
+        self._due = False  # this batch is dumped
 
     def state_dict(self) -> dict[str, Any]:
-        return {"write_errors": self.write_errors}
+        return {"write_errors": self.write_errors, "next_due": self._next_due, "due_step": self._due_step}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.write_errors = int(state.get("write_errors", 0))
+        self._next_due = int(state.get("next_due", 0))
+        due_step = state.get("due_step")
+        self._due_step = None if due_step is None else int(due_step)
 
     def setup(self, ctx: RunContext) -> None:
         super().setup(ctx)
@@ -273,10 +282,17 @@ class RolloutRecorder(Guard):
 
     def wants_rows(self, batch: RolloutBatch) -> bool:
         """Whether this batch is dumped (its rows go to the main process); the same answer on every rank."""
-        return batch.mode == "train" and batch.step % self.config.every_steps == 0
+        return batch.mode == "train" and self._due
 
     def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
-        if not self.ctx.is_main_process or batch.mode != "train":
+        if batch.mode != "train":
+            return
+        every = self.config.every_steps
+        self._due = batch.step >= self._next_due or batch.step == self._due_step
+        if self._due:
+            self._due_step = batch.step
+            self._next_due = (batch.step // every + 1) * every
+        if not self.ctx.is_main_process:
             return
         self._drain(report)
         if not self._begun:

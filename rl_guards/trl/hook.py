@@ -35,6 +35,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+import warnings
 from typing import Any
 
 from transformers import TrainerCallback
@@ -47,8 +48,8 @@ from rl_guards.core.metric_set import MetricFilter
 from rl_guards.core.run_summary import task_summary_text
 from rl_guards.core.task_labels import TaskLabels, task_hash, task_name
 from rl_guards.core.think_markup import prompts_open_block
-from rl_guards.errors import ConfigError, GuardError, IncompatibleTrainerError
-from rl_guards.guards.base import Finding, Guard, GuardSession, RunContext, run_hook
+from rl_guards.errors import ConfigError, GuardError
+from rl_guards.guards.base import Finding, Guard, GuardSession, RLGuardsWarning, RunContext, run_hook
 from rl_guards.guards.registry import BATCH_GUARDS
 from rl_guards.guards.think_tags import markup_from_config
 from rl_guards.trl import collectives
@@ -56,7 +57,7 @@ from rl_guards.trl.log_routing import SignalRouter
 
 logger = logging.getLogger("rl_guards")
 
-TESTED_TRL = ("1.16",)
+TESTED_TRL = ("1.13", "1.14", "1.15", "1.16")  # the suite runs on the oldest and the newest in CI
 REQUIRED_METHODS = ("_generate_and_score_completions", "_calculate_rewards")
 REQUIRED_OUTPUT_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages")
 # Dataset columns never copied into RolloutBatch.columns (TRL's own or too large to gather).
@@ -89,6 +90,12 @@ def install(
     run = GuardRun(trainer, config, guards if guards is not None else BATCH_GUARDS)
     trainer.add_callback(run)
     return run
+
+
+def rl_guards_version() -> str:
+    from rl_guards import __version__
+
+    return __version__
 
 
 def _trl_version() -> str:
@@ -192,25 +199,31 @@ class GuardRun(TrainerCallback, ExportableState):
                     logger.warning("rl_guards: could not configure reward function %r: %s", fn, exc)
 
     def _check_compatibility(self) -> None:
+        """Say what this trainer and TRL version get; batch guards off (with the reason) where TRL's hook points are
+        missing, e.g. a trainer that scores rollouts in another process (TRL's experimental AsyncGRPOTrainer)."""
         version = _trl_version()
-        if not any(version.startswith(v) for v in TESTED_TRL):
-            logger.warning("rl_guards was tested with TRL %s; this is TRL %s.", ", ".join(TESTED_TRL), version)
+        kind = type(self.trainer).__name__
+        tested = ", ".join(TESTED_TRL)
+        if not any(version == v or version.startswith(f"{v}.") for v in TESTED_TRL):
+            logger.warning("rl_guards %s was tested with TRL %s; this is TRL %s.", rl_guards_version(), tested, version)
         missing = [m for m in REQUIRED_METHODS if not callable(getattr(self.trainer, m, None))]
+        if not isinstance(getattr(self.trainer, "_metrics", None), dict):
+            missing.append("_metrics")
         if missing:
-            reason = f"TRL {version}: trainer has no {', '.join(missing)}"
+            reason = f"{kind} (TRL {version}) has no {', '.join(missing)}"
             for guard in self.guards:
                 if type(guard).on_batch is not Guard.on_batch or hasattr(guard, "check_tensors"):
                     self.unavailable[guard.name] = reason
-            logger.warning(
-                "rl_guards: batch guards unavailable (%s): %s. Start-of-training checks still run.",
-                reason,
-                ", ".join(sorted(self.unavailable)),
+            message = (
+                f"rl_guards: {reason}: it scores rollouts where the batch guards cannot see them. Off: "
+                f"{', '.join(sorted(self.unavailable))}. Still on: the start-of-training checks and the "
+                "reward-function wrappers (StrayThinkPenalty, route(), blind_judge, watch_inputs), which run "
+                "wherever the reward functions run."
             )
-        if not isinstance(getattr(self.trainer, "_metrics", None), dict):
-            raise IncompatibleTrainerError(
-                f"TRL {version}: the trainer has no `_metrics` buffer, so rl_guards metrics cannot reach the logs. "
-                "Use a GRPOTrainer from TRL 1.16."
-            )
+            warnings.warn(message, RLGuardsWarning, stacklevel=4)
+            logger.warning(message)
+        else:
+            logger.info("rl_guards: installed on %s (TRL %s; tested with TRL %s).", kind, version, tested)
 
     def _wrap(self) -> None:
         if self.unavailable:
@@ -621,9 +634,10 @@ class GuardRun(TrainerCallback, ExportableState):
 
     def _flush_metrics(self, mode: str | None = None) -> None:
         metrics = self.session.pop_metrics()
-        if not metrics:
+        buffers = getattr(self.trainer, "_metrics", None)
+        if not metrics or not isinstance(buffers, dict):
             return
-        buffer = self.trainer._metrics[mode or self._mode()]
+        buffer = buffers[mode or self._mode()]
         for key, values in metrics.items():
             clean = [v for v in values if not math.isnan(v)]
             if clean:
