@@ -57,6 +57,9 @@ class RolloutBatch:
     local_rows: range | None = None  # rows whose text this process holds; None = every row
     # guard-rendered views of single rows, for messages: (guard name, row) -> text (e.g. a mask rendering)
     evidence: dict[tuple[str, int], str] = field(default_factory=dict)
+    # what TRL passed the reward functions for the held rows, in held-row order: (inputs, prompts, completions,
+    # completion_ids) -- to score variants of these rows the way TRL scores them (None in hand-built batches)
+    reward_inputs: Any = None
 
     def __post_init__(self) -> None:
         n = len(self.completions)
