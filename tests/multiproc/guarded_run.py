@@ -38,7 +38,7 @@ def main(out_dir: str) -> None:
         config_field: ClassVar[str] = "tasks"
 
         def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
-            skip = ("decode", "prompts", "local_rows", "evidence")
+            skip = ("decode", "prompts", "local_rows", "evidence", "reward_inputs")
             row = {k: v for k, v in asdict(batch).items() if k not in skip}
             held = batch.held_rows
             row["held"] = [held.start, held.stop]
