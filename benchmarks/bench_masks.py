@@ -29,7 +29,7 @@ from _timing import best_ms
 from rl_guards.config import GuardsConfig
 from rl_guards.guards.base import GuardSession, RunContext
 from rl_guards.testing import build_model, build_tokenizer
-from rl_guards.trl.grpo_masks import GRPOMaskGuard, check_grpo_batch
+from rl_guards.trl.grpo_masks import GRPOMaskGuard, check_grpo_batch, grpo_mask_flags, grpo_mask_row_kinds
 
 SHAPES = [  # rows, prompt length, completion length
     (8, 32, 16),
@@ -151,6 +151,22 @@ def main() -> None:
             f"{check / fwd:>9.2%} {guarded / fwd:>9.2%}"
         )
     assert not session.findings
+    headline(eos_ids, pad, repeats)
+
+
+def headline(eos_ids: list[int], pad: int, repeats: int) -> None:
+    """``mask check ms 4096x1024``: the per-batch check the hook runs (:func:`grpo_mask_row_kinds`, per-row rule bits,
+    no host transfer), next to the detailed check that also keeps every offending position (0.1's every-batch
+    path, now run only when a message is rendered), on one 4,096 x 1,024 batch, one thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    batch = make_batch(4096, 256, 1024, vocab=2048, eos=eos_ids[0], pad=pad)
+    kwargs = {"eos_token_ids": eos_ids, "pad_token_id": pad, "mask_truncated": False}
+    assert not grpo_mask_row_kinds(batch, **kwargs).any()
+    fast = warm_best_ms(lambda: grpo_mask_row_kinds(batch, **kwargs), repeats)
+    detailed = warm_best_ms(lambda: grpo_mask_flags(batch, **kwargs), max(1, repeats // 2))
+    torch.set_num_threads(threads)
+    print(f"\nmask check ms 4096x1024: {fast:.1f} (detailed check with positions: {detailed:.1f}; one thread)")
 
 
 if __name__ == "__main__":

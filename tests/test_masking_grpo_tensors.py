@@ -15,7 +15,7 @@ from rl_guards.config import GuardsConfig
 from rl_guards.core import masks as M
 from rl_guards.errors import MaskingError
 from rl_guards.guards.base import GuardSession, RunContext, run_hook
-from rl_guards.trl.grpo_masks import GRPOMaskGuard, check_grpo_batch, grpo_mask_flags
+from rl_guards.trl.grpo_masks import GRPOMaskGuard, check_grpo_batch, grpo_mask_flags, grpo_mask_row_kinds
 
 PAD, EOS, EOT = 0, 2, 3  # EOT: a second end-of-turn id (like Qwen's <|endoftext|> next to <|im_end|>)
 EOS_IDS = [EOS, EOT]
@@ -350,3 +350,63 @@ def test_vectorised_check_matches_reference(drawn: tuple[dict[str, Any], bool, b
     )
     got = [{k for k, on in zip(M.GRPO_KINDS, row, strict=True) if on} for row in flags.rows.tolist()]
     assert got == reference_kinds(out, mask_truncated, head, tail)
+
+
+# ----- the hot-path row bits equal the detailed check ---------------------------------------------------------------
+@st.composite
+def odd_batch(draw: st.DrawFn) -> tuple[dict[str, Any], bool, list[int], list[int]]:
+    """Batches the hot path must judge exactly as the detailed check: odd mask values and dtypes, pad == EOS,
+    leaks, holes in the loss, empty rows, every row overlapping its prompt."""
+    out, mask_truncated, _ = draw(random_batch())
+    out.pop("tool_mask", None)  # tool masks take the detailed path anyway
+    n, width = out["completion_ids"].shape
+    if draw(st.booleans()):  # values other than 0 and 1 in the loss mask
+        values = st.sampled_from([0, 1, 1, 2, -1])
+        out["completion_mask"] = torch.tensor(
+            [draw(st.lists(values, min_size=width, max_size=width)) for _ in range(n)]
+        )
+    dtype = draw(st.sampled_from([torch.long, torch.int32, torch.float32, torch.bool]))
+    for key in ("completion_mask", "prompt_mask"):
+        if dtype == torch.bool:
+            out[key] = out[key] != 0
+        else:
+            out[key] = out[key].to(dtype)
+    if draw(st.booleans()) and width:  # every completion starts with its prompt's last token
+        out["completion_ids"][:, 0] = out["prompt_ids"][:, -1]
+    eos = draw(st.sampled_from([EOS_IDS, [*EOS_IDS, PAD], [EOS]]))
+    markup = draw(st.sampled_from([[], [40], [40, 41, EOT]]))
+    return out, mask_truncated, eos, markup
+
+
+@settings(max_examples=400, deadline=None)
+@given(odd_batch())
+def test_hot_path_row_bits_equal_the_detailed_check(drawn: tuple[dict[str, Any], bool, list[int], list[int]]) -> None:
+    out, mask_truncated, eos, markup = drawn
+    common = {"eos_token_ids": eos, "pad_token_id": PAD, "mask_truncated": mask_truncated, "markup_ids": markup}
+    detailed = grpo_mask_flags(out, **common)
+    expected = [sum(1 << k for k, on in enumerate(row) if on) for row in detailed.rows.tolist()]
+    assert grpo_mask_row_kinds(out, **common).tolist() == expected
+
+
+def test_hot_path_on_a_large_realistic_batch_with_planted_rows() -> None:
+    g = torch.Generator().manual_seed(0)
+    rows, width, plen = 256, 96, 12
+    ids = torch.randint(40, 43, (rows, width), generator=g)
+    ends = torch.randint(1, width + 1, (rows,), generator=g)
+    pos = torch.arange(width).expand(rows, width)
+    ids = torch.where(pos == (ends - 1).unsqueeze(1), torch.full_like(ids, EOS), ids)
+    ids = torch.where(pos >= ends.unsqueeze(1), torch.full_like(ids, PAD), ids)
+    cm = (pos < ends.unsqueeze(1)).long()
+    pids = torch.randint(40, 43, (rows, plen), generator=g)
+    pm = torch.ones_like(pids)
+    cm[3, -1] = 1  # loss after EOS (or on padding)
+    cm[7, 0] = 0  # a generated token without loss
+    pm[9, 0] = 0  # a real prompt token hidden
+    pids[11, -1], pm[11, -1] = PAD, 0  # a right-padded prompt: not a left-padded block
+    out = {"prompt_ids": pids, "prompt_mask": pm, "completion_ids": ids, "completion_mask": cm}
+    for mask_truncated in (False, True):
+        common = {"eos_token_ids": EOS_IDS, "pad_token_id": PAD, "mask_truncated": mask_truncated}
+        detailed = grpo_mask_flags(out, **common)
+        bits = grpo_mask_row_kinds(out, **common)
+        expected = [sum(1 << k for k, on in enumerate(row) if on) for row in detailed.rows.tolist()]
+        assert bits.tolist() == expected and (bits[[3, 7, 9, 11]] != 0).all()

@@ -257,6 +257,143 @@ def grpo_mask_flags(
     return GRPOMaskFlags(rows=rows, completion_bad=bad, prompt_bad=prompt_bad, loss=loss, content_end=content_end)
 
 
+def grpo_mask_row_kinds(
+    output: Mapping[str, Any],
+    *,
+    eos_token_ids: Sequence[int],
+    pad_token_id: int | None,
+    mask_truncated: bool,
+    tool_head_ids: Sequence[int] = (),
+    tool_tail_ids: Sequence[int] = (),
+    markup_ids: Sequence[int] = (),
+) -> torch.Tensor:
+    """Per row, a bitmask of the rules it breaks (bit ``k`` = ``GRPO_KINDS[k]``): the same verdict as
+    :func:`grpo_mask_flags`, computed for the hot path (every batch) without per-position results.
+
+    On the batch's device, no host transfer: a handful of full-width passes in bool (EOS lookup, first EOS, last
+    real token, loss inside vs outside the content), per-row counts for the loss rules, and only the first
+    ``LEAK_WINDOW`` columns for the prompt-leak rule. Batches with a ``tool_mask`` (rare) take the detailed path.
+    """
+    if output.get("tool_mask") is not None or output["completion_ids"].size(1) == 0:
+        flags = grpo_mask_flags(
+            output,
+            eos_token_ids=eos_token_ids,
+            pad_token_id=pad_token_id,
+            mask_truncated=mask_truncated,
+            tool_head_ids=tool_head_ids,
+            tool_tail_ids=tool_tail_ids,
+            markup_ids=markup_ids,
+        )
+        return _row_bits(flags)
+    _check_shapes(output)
+    ids = output["completion_ids"]
+    cm = output["completion_mask"]
+    if cm.is_floating_point():
+        cm = cm.round()
+    pids = output["prompt_ids"]
+    pm = output["prompt_mask"]
+    if pm.is_floating_point():
+        pm = pm.round()
+    device = ids.device
+    b, c = ids.shape
+    pad = -1 if pad_token_id is None else int(pad_token_id)
+    eos_set = sorted({int(e) for e in eos_token_ids}) or [-1]
+    is_eos = ids == eos_set[0]
+    for e in eos_set[1:]:
+        is_eos |= ids == e
+    has_term, first = is_eos.to(torch.uint8).max(dim=1)  # one pass: any EOS, and the first one
+    has_term = has_term.bool()
+    first = torch.where(has_term, first, torch.full_like(first, c))
+    at = first.clamp(max=c - 1).unsqueeze(1)
+    positive = cm != 0
+    ambiguous = has_term & (ids.gather(1, at).squeeze(1) == pad) & ~positive.gather(1, at).squeeze(1)
+    ambiguous &= pad in eos_set
+    has_eos = has_term & ~ambiguous
+    real = ids != pad
+    any_real, last_from_end = real.flip(1).to(torch.uint8).max(dim=1)
+    last_real = torch.where(any_real.bool(), (c - 1) - last_from_end, torch.full_like(last_from_end, -1))
+    content_end = torch.where(has_eos, first, torch.where(ambiguous, first - 1, last_real))
+    in_content = torch.arange(c, device=device) <= content_end.unsqueeze(1)
+    masked_truncated = ~has_eos & mask_truncated
+    beyond = (positive > in_content).any(dim=1)  # bool ">": loss outside the content
+    if cm.dtype == torch.bool:
+        bad_values = torch.zeros(b, dtype=torch.bool, device=device)
+    else:
+        low, high = torch.aminmax(cm, dim=1)
+        bad_values = (low < 0) | (high > 1)
+    kinds: dict[str, torch.Tensor] = {
+        M.MASK_VALUES: bad_values,
+        M.POST_EOS: beyond & has_eos,
+        M.PADDING: beyond & ~has_eos,
+        M.TRUNCATED_UNMASKED: (
+            masked_truncated & (positive & in_content).any(dim=1) if mask_truncated else torch.zeros_like(beyond)
+        ),
+        M.MISSING_LOSS: ~masked_truncated & (in_content > positive).any(dim=1),  # content without loss
+        M.TOOL_MASK: torch.zeros(b, dtype=torch.bool, device=device),
+        M.PROMPT_LEAK: _leak_rows(ids, pids, pm, markup_ids),
+        M.PROMPT_MASK: _prompt_mask_rows(pids, pm, pad),
+    }
+    weights = 2 ** torch.arange(len(M.GRPO_KINDS), device=device, dtype=torch.long)
+    return (torch.stack([kinds[k] for k in M.GRPO_KINDS], dim=1).long() * weights).sum(dim=1)
+
+
+def _leak_rows(ids: torch.Tensor, pids: torch.Tensor, pm: torch.Tensor, markup_ids: Sequence[int]) -> torch.Tensor:
+    """Rows whose completion starts with the prompt's tail or head (the rule of :func:`grpo_mask_flags`, on the
+    first ``LEAK_WINDOW`` columns only)."""
+    b, c = ids.shape
+    p = pids.size(1)
+    device = ids.device
+    window = min(M.LEAK_WINDOW, p, c)
+    head = ids[:, : max(window, min(M.REPEAT_WINDOW, c))]
+    n_prompt = (pm != 0).sum(dim=1)
+    markup_set = sorted({int(t) for t in markup_ids}) or [-1]
+    markup = head == markup_set[0]
+    for t in markup_set[1:]:
+        markup |= head == t
+    leak_len = torch.zeros(b, dtype=torch.long, device=device)
+    leak_one = torch.zeros(b, dtype=torch.bool, device=device)
+    leak_markup = torch.zeros(b, dtype=torch.bool, device=device)
+    for k in range(1, window + 1):
+        match = (head[:, :k] == pids[:, p - k :]).all(dim=1) & (n_prompt >= k)
+        if k == 1:
+            leak_one = match
+        else:
+            leak_len = torch.where(match, torch.full_like(leak_len, k), leak_len)
+            leak_markup = torch.where(match, markup[:, :k].all(dim=1), leak_markup)
+    m = min(M.REPEAT_WINDOW, c)
+    if m >= 2 and p >= m:
+        head_idx = ((p - n_prompt).unsqueeze(1) + torch.arange(m, device=device)).clamp(max=p - 1)
+        repeat = (head[:, :m] == pids.gather(1, head_idx)).all(dim=1) & (n_prompt >= m)
+        leak_len = torch.where(repeat & (leak_len == 0), torch.full_like(leak_len, m), leak_len)
+    uniform = leak_one.all() & (b >= M.UNIFORM_LEAK_MIN_ROWS)
+    leak_len = torch.where((leak_len == 0) & leak_one & uniform, torch.ones_like(leak_len), leak_len)
+    systematic = (leak_one | (leak_len > 0)).all() & (b >= M.UNIFORM_LEAK_MIN_ROWS)
+    leak_len = torch.where(leak_markup & ~systematic, torch.zeros_like(leak_len), leak_len)
+    return leak_len > 0
+
+
+def _prompt_mask_rows(pids: torch.Tensor, pm: torch.Tensor, pad: int) -> torch.Tensor:
+    """Rows whose ``prompt_mask`` is not a left-padded 0/1 block equal to ``prompt_ids != pad``."""
+    b, p = pids.shape
+    if p == 0:
+        return torch.zeros(b, dtype=torch.bool, device=pids.device)
+    on = pm != 0
+    real = pids != pad
+    if pm.dtype == torch.bool:
+        bad = torch.zeros(b, dtype=torch.bool, device=pids.device)
+    else:
+        low, high = torch.aminmax(pm, dim=1)
+        bad = (low < 0) | (high > 1)  # values other than 0 and 1
+    bad |= (on[:, :-1] > on[:, 1:]).any(dim=1)  # a 1 followed by a 0: not left padding
+    bad |= (real > on).any(dim=1)  # a real token hidden
+    # Attention inside the leading padding, before its last token: the first attended position comes earlier.
+    any_real, first_real = real.to(torch.uint8).max(dim=1)
+    lead_end = torch.where(any_real.bool(), first_real, torch.full_like(first_real, p))  # leading pad length
+    any_on, first_on = on.to(torch.uint8).max(dim=1)
+    bad |= any_on.bool() & (first_on < lead_end - 1)
+    return bad
+
+
 def _row_bits(flags: GRPOMaskFlags) -> torch.Tensor:
     """Per row, a bitmask of the rules it breaks (bit ``k`` = ``GRPO_KINDS[k]``), on the batch's device."""
     weights = 2 ** torch.arange(flags.rows.size(1), device=flags.rows.device, dtype=torch.long)
@@ -382,8 +519,10 @@ class GRPOMaskGuard(Guard):
         self._tool_markers: tuple[list[int], list[int]] | None = None
         self._tool_markers_done = False
         self._markup: dict[int, bool] = {}  # token id -> think tag or whitespace only (decoded once)
+        self._vocab_markup: list[int] | None = None  # every such id of the vocabulary (computed once)
+        self._per_batch_markup = False
         # (output, flags, per-row bitmask) of the batch check_tensors staged for on_batch (adapter path)
-        self._staged: tuple[Mapping[str, Any], GRPOMaskFlags, torch.Tensor] | None = None
+        self._staged: tuple[Mapping[str, Any], GRPOMaskFlags | None, torch.Tensor] | None = None
 
     # ----- state -------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -416,17 +555,35 @@ class GRPOMaskGuard(Guard):
         return self._tool_markers or ([], [])
 
     def _markup_ids(self, output: Mapping[str, Any]) -> list[int]:
-        """Among the prompts' last tokens (all a leak can repeat), those that are think tags or whitespace."""
+        """Token ids that are think tags or whitespace only: what a model may repeat after a prompt ending in them.
+
+        Taken once from the whole vocabulary (one batched decode at the first check), so no batch pays a host
+        transfer for it; a tokenizer without ``batch_decode`` falls back to decoding the prompts' last tokens.
+        """
         tok = self.ctx.tokenizer
-        pids = output.get("prompt_ids")
-        if tok is None or not isinstance(pids, torch.Tensor) or pids.dim() != 2:
+        if tok is None:
             return []
-        tags = self.guards_config.think_tags
+        if self._vocab_markup is None:
+            try:
+                size = len(tok)
+                texts = tok.batch_decode([[i] for i in range(size)], skip_special_tokens=False)
+                self._vocab_markup = [i for i, text in enumerate(texts) if self._is_markup(text)]
+            except Exception:  # slow or unusual tokenizers: per batch, the prompts' last tokens
+                self._vocab_markup = []
+                self._per_batch_markup = True
+        if not self._per_batch_markup:
+            return self._vocab_markup
+        pids = output.get("prompt_ids")
+        if not isinstance(pids, torch.Tensor) or pids.dim() != 2:
+            return []
         for token in torch.unique(pids[:, -M.LEAK_WINDOW :]).tolist():
             if token not in self._markup:
-                text = tok.decode([int(token)], skip_special_tokens=False)
-                self._markup[token] = not text.replace(tags.open_tag, "").replace(tags.close_tag, "").strip()
+                self._markup[token] = self._is_markup(tok.decode([int(token)], skip_special_tokens=False))
         return [t for t, is_markup in self._markup.items() if is_markup]
+
+    def _is_markup(self, text: str) -> bool:
+        tags = self.guards_config.think_tags
+        return not text.replace(tags.open_tag, "").replace(tags.close_tag, "").strip()
 
     def check_tensors(self, output: Mapping[str, Any], report: Reporter) -> None:
         """Check one rollout batch (local rows); all ranks reach the same verdict.
@@ -440,10 +597,22 @@ class GRPOMaskGuard(Guard):
         if (self.calls - 1) % self.config.check_every:
             return
         if report.session.defer:
-            flags = self._flags(output)
-            self._staged = (output, flags, _row_bits(flags))
+            self._staged = (output, None, self._row_kinds(output))
             return
         self._check_now(output, report)
+
+    def _row_kinds(self, output: Mapping[str, Any]) -> torch.Tensor:
+        mask_truncated = bool(getattr(self.ctx.args, "mask_truncated_completions", False))
+        head, tail = self._tool_result_markers() if output.get("tool_mask") is not None else ([], [])
+        return grpo_mask_row_kinds(
+            output,
+            eos_token_ids=self._eos_token_ids(),
+            pad_token_id=self._pad_token_id(),
+            mask_truncated=mask_truncated,
+            tool_head_ids=head,
+            tool_tail_ids=tail,
+            markup_ids=self._markup_ids(output),
+        )
 
     def _flags(self, output: Mapping[str, Any]) -> GRPOMaskFlags:
         mask_truncated = bool(getattr(self.ctx.args, "mask_truncated_completions", False))
@@ -498,7 +667,10 @@ class GRPOMaskGuard(Guard):
         """The row rendered with its loss mask, for every rule it breaks (JSON: kind -> rendering)."""
         if self._staged is None or row not in batch.held_rows:
             return None
-        output, flags, _ = self._staged
+        output, flags, bits = self._staged
+        if flags is None:  # per-position detail only now that a message needs it
+            flags = self._flags(output)
+            self._staged = (output, flags, bits)
         local = row - batch.held_rows.start
         if local >= flags.rows.size(0):
             return None
