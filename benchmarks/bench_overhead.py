@@ -11,7 +11,8 @@ Sections (``--only step,batch,sync,scanner``; all by default):
   95 % CI), the same on the process's CPU time (less sensitive to other load), and, measured directly inside
   the run, the guards' own milliseconds per step.
 - ``batch``: CPU milliseconds per rollout batch of each guard's ``on_batch`` (the masking guard's
-  ``check_tensors``), the hook's ``GuardRun._build_batch``, and the reward-function wrappers, on synthetic batches
+  ``check_tensors``), the hook's ``GuardRun._gather_batch`` (this rank's rows, the guards' scans, the numbers
+  every rank gathers), and the reward-function wrappers, on synthetic batches
   (real Qwen vocabulary, think blocks, 8 completions per prompt, three tasks) at 64..4,096 rows and 256..8,192
   mean completion tokens (``--quick``: up to 1,024 x 1,024 and 256 x 4,096). Then the total per batch against
   assumed GPU step times: an EXTRAPOLATION.
@@ -116,7 +117,7 @@ class _GuardTimer:
                 if hook == "on_batch" and type(guard).on_batch is Guard.on_batch:
                     continue
                 setattr(guard, hook, self._wrap(f"{guard.name}.{hook}", getattr(guard, hook)))
-        run._build_batch = self._wrap("hook._build_batch", run._build_batch)
+        run._gather_batch = self._wrap("hook._gather_batch", run._gather_batch)
 
     def _wrap(self, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -156,8 +157,8 @@ def _interleave_callback(trainer: Any, on: tuple[Any, Any], off: tuple[Any, Any]
     return Interleave()
 
 
-def build_tiny_trainer(output_dir: str, max_steps: int) -> Any:
-    """The examples/grpo_tiny.py trainer (CPU, no W&B, no checkpoints)."""
+def build_tiny_trainer(output_dir: str, max_steps: int, batch: int = 8, max_new: int = 24) -> Any:
+    """The examples/grpo_tiny.py trainer (CPU, no W&B, no checkpoints); ``batch`` completions of <= ``max_new``."""
     from trl import GRPOTrainer
 
     from rl_guards.rewards.routing import route
@@ -171,7 +172,8 @@ def build_tiny_trainer(output_dir: str, max_steps: int) -> Any:
     args = tiny_grpo_config(
         output_dir,
         max_steps=max_steps,
-        max_completion_length=24,
+        max_completion_length=max_new,
+        per_device_train_batch_size=batch,
         learning_rate=1e-5,
         lr_scheduler_type="constant",
         chat_template_kwargs={"enable_thinking": True},
@@ -189,7 +191,7 @@ def build_tiny_trainer(output_dir: str, max_steps: int) -> Any:
     return trainer
 
 
-def section_step(pairs: int, seed: int, warmup: int = 4) -> dict[str, Any]:
+def section_step(pairs: int, seed: int, warmup: int = 4, batch: int = 8, max_new: int = 24) -> dict[str, Any]:
     import warnings
 
     import rl_guards
@@ -202,7 +204,7 @@ def section_step(pairs: int, seed: int, warmup: int = 4) -> dict[str, Any]:
         arms += [first, not first]
     arms.append(False)  # the last step's interval is cut by train end: not measured
     with tempfile.TemporaryDirectory() as out:
-        trainer = build_tiny_trainer(out, max_steps=len(arms))
+        trainer = build_tiny_trainer(out, max_steps=len(arms), batch=batch, max_new=max_new)
         off = (trainer._generate_and_score_completions, trainer._calculate_rewards)
         run = rl_guards.install(trainer, GuardsConfig())
         on = (trainer._generate_and_score_completions, trainer._calculate_rewards)
@@ -248,7 +250,8 @@ def section_step(pairs: int, seed: int, warmup: int = 4) -> dict[str, Any]:
     guard_cpu_per_step = sum(v for k, v in timer.cpu_ms.items() if not k.endswith("on_train_begin")) / on_steps
     print(
         f"{len(arms)} steps in {wall:.0f} s ({warmup} warm-up steps, {len(pair_ms)} on/off pairs in random order); "
-        f"batch 8 = 2 prompts x 4 generations, <= 24 new tokens; load average {os.getloadavg()[0]:.1f} "
+        f"batch {batch} = {batch // 4} prompts x 4 generations, <= {max_new} new tokens; load average "
+        f"{os.getloadavg()[0]:.1f} "
         f"on {os.cpu_count()} cores; guards: {', '.join(guard_names)}"
     )
     print()
@@ -399,7 +402,7 @@ def hook_inputs(batch: RolloutBatch, output: dict[str, torch.Tensor]) -> tuple[A
 
 
 def bare_guard_run(tokenizer: Any, config: GuardsConfig, ctx: RunContext, batch: RolloutBatch) -> Any:
-    """A real ``GuardRun`` (no guards) on a stand-in trainer holding what the hook reads; for ``_build_batch``."""
+    """A real ``GuardRun`` (no guards) on a stand-in trainer holding what the hook reads; for ``_gather_batch``."""
     from rl_guards.trl.hook import GuardRun
 
     trainer = SimpleNamespace(
@@ -461,14 +464,15 @@ def time_cell(tokenizer: Any, rows: int, tokens: int, repeats: int) -> dict[str,
         try:
             run = bare_guard_run(tokenizer, config, ctx, batch)
             pending = hook_inputs(batch, output)
-            results["hook: GuardRun._build_batch"] = best_ms(lambda: run._build_batch(output, pending, 10), repeats)
+            results["hook: GuardRun._gather_batch"] = best_ms(lambda: run._gather_batch(output, pending, 10), repeats)
         except Exception as exc:  # private API of the hook: say so rather than crash the benchmark
-            print(f"  (hook _build_batch not measured: {type(exc).__name__}: {exc})")
+            print(f"  (hook _gather_batch not measured: {type(exc).__name__}: {exc})")
         for cls in BATCH_GUARDS:
             guard = cls(config)
             guard.setup(ctx)
             session = GuardSession()
             if hasattr(guard, "check_tensors"):
+                session.defer = True  # the hook's path: per-row rule bits on the device, decided after the gather
                 results[f"{cls.__name__}.check_tensors"] = best_ms(
                     lambda g=guard, s=session: g.check_tensors(output, s.reporter(g.name, g.config, 10)), repeats
                 )
@@ -482,7 +486,10 @@ def time_cell(tokenizer: Any, rows: int, tokens: int, repeats: int) -> dict[str,
                     sub = guards_config(tempfile.mkdtemp(dir=tmp))
                     rec = c(sub)
                     rec.setup(RunContext(**{**ctx.__dict__, "output_dir": tmp}))
-                    rec.on_batch(batch, GuardSession().reporter(rec.name, rec.config, 10))
+                    report = GuardSession().reporter(rec.name, rec.config, 10)
+                    rec.on_batch(batch, report)
+                    rec.after_batch(batch, report)  # hands the rows to the background writer
+                    rec.flush(report)  # and waits: this cell counts the whole write
 
                 results["RolloutRecorder.on_batch (dump step)"] = best_ms(dump, repeats)
                 continue
@@ -662,7 +669,7 @@ def section_sync() -> bool:
                     "GRPOMaskGuard.check_tensors, 3 bad rows (message built)",
                     lambda g=mask_guard, o=bad: g.check_tensors(o, GuardSession().reporter(g.name, g.config, 1)),
                 ),
-                ("hook: GuardRun._build_batch", lambda r=run, o=output, p=pending: r._build_batch(o, p, 1)),
+                ("hook: GuardRun._gather_batch", lambda r=run, o=output, p=pending: r._gather_batch(o, p, 1)),
             ]
             guards = []
             for cls in BATCH_GUARDS:

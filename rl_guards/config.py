@@ -167,9 +167,10 @@ class SlicingConfig(GuardConfig):
 
     min_repeats: int = 3  # this many texts of one identical round length look like a cap
     min_length: int = 64  # ignore caps shorter than this
-    # completions re-decoded per batch to compare with the reward functions' text: the longest ones, since a
-    # slice only shortens texts longer than its cut (0 = every row; decoding is this guard's main cost)
-    decode_rows: int = 64
+    # completions re-decoded per batch and rank to compare with the reward functions' text: the longest ones, since
+    # a slice shortens every text longer than its cut, the longest first (0 = every row; decoding is this guard's
+    # main cost: ~0.8 ms per 1,000-token row)
+    decode_rows: int = 8
 
     def validate(self, prefix: str) -> None:
         super().validate(prefix)

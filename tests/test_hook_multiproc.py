@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -171,8 +172,11 @@ def test_a_stop_on_the_main_process_alone_stops_every_rank(tiny: Any, tmp_path: 
     text = proc.stdout + proc.stderr
     (tmp_path / "output.txt").write_text(text)
     assert proc.returncode != 0, text[-3000:]
-    # Both ranks raise rank 0's own finding (rank 1 says it stopped with another rank), whichever fails first.
-    assert "[rank1]: rl_guards.errors.GuardError: [rl_guards/rollouts] could not write the rollouts of step 0" in text
+    # Both ranks raise rank 0's own finding (rank 1 says it stopped with another rank), whichever fails first. The
+    # writer reports in the background, so the stop comes at the first agreement after the failed write.
+    assert re.search(
+        r"\[rank1\]: rl_guards.errors.GuardError: \[rl_guards/rollouts\] could not write the rollouts", text
+    )
     assert "stopped on another rank; this rank stops with it" in text, text[-3000:]
-    for rank in (0, 1):
-        assert [b["step"] for b in _batches(out / f"batches_rank{rank}.jsonl")] == [0]  # nobody trained on
+    steps = [[b["step"] for b in _batches(out / f"batches_rank{rank}.jsonl")] for rank in (0, 1)]
+    assert steps[0] == steps[1] and len(steps[0]) <= 2, steps  # both stopped together, within a step

@@ -347,9 +347,7 @@ def _leak_rows(ids: torch.Tensor, pids: torch.Tensor, pm: torch.Tensor, markup_i
     head = ids[:, : max(window, min(M.REPEAT_WINDOW, c))]
     n_prompt = (pm != 0).sum(dim=1)
     markup_set = sorted({int(t) for t in markup_ids}) or [-1]
-    markup = head == markup_set[0]
-    for t in markup_set[1:]:
-        markup |= head == t
+    markup = torch.isin(head, torch.tensor(markup_set, dtype=head.dtype, device=device))  # a few columns only
     leak_len = torch.zeros(b, dtype=torch.long, device=device)
     leak_one = torch.zeros(b, dtype=torch.bool, device=device)
     leak_markup = torch.zeros(b, dtype=torch.bool, device=device)
@@ -524,6 +522,10 @@ class GRPOMaskGuard(Guard):
         # (output, flags, per-row bitmask) of the batch check_tensors staged for on_batch (adapter path)
         self._staged: tuple[Mapping[str, Any], GRPOMaskFlags | None, torch.Tensor] | None = None
 
+    def setup(self, ctx: Any) -> None:
+        super().setup(ctx)
+        self._markup_ids({})  # the vocabulary's markup ids, once, at install rather than in the first batch
+
     # ----- state -------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {"calls": self.calls, "checked": self.checked}
@@ -565,8 +567,9 @@ class GRPOMaskGuard(Guard):
             return []
         if self._vocab_markup is None:
             try:
-                size = len(tok)
-                texts = tok.batch_decode([[i] for i in range(size)], skip_special_tokens=False)
+                # One batched decode of the vocabulary (~1 s for Qwen's 151k tokens, once per run): a token's
+                # vocabulary form does not tell whitespace apart (byte-level BPE writes a newline as a letter).
+                texts = tok.batch_decode([[i] for i in range(len(tok))], skip_special_tokens=False)
                 self._vocab_markup = [i for i, text in enumerate(texts) if self._is_markup(text)]
             except Exception:  # slow or unusual tokenizers: per batch, the prompts' last tokens
                 self._vocab_markup = []

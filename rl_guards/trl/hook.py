@@ -124,6 +124,7 @@ class GuardRun(TrainerCallback, ExportableState):
         self._step_batches: list[RolloutBatch] = []  # this step's train batches (a checkpoint dumps them)
         self._filled_on_main: set[int] = set()  # ids of batches whose rows the main process already holds
         self._task_registry: dict[int, str] = {}  # task_hash -> name, the same on every rank
+        self._held_stop: GuardError | None = None  # found between batches; raised at the next agreement
 
         self.guards: list[Guard] = [cls(config) for cls in guard_classes]
         self.guards = [g for g in self.guards if g.enabled]
@@ -269,14 +270,19 @@ class GuardRun(TrainerCallback, ExportableState):
         self._run_guards("check_tensors", step, output)  # the mask check stages per-row bits on the device
         batch = self._gather_batch(output, pending, step)
         if batch is None:  # some rank could not build its rows: skipped on every rank, no hang
-            self._decide(None, step, need_text=False)
+            held = self._take_held_stop()
+            stop, _ = self._decide(held, step, need_text=False)
+            if stop is not None:
+                self._flush_metrics()
+                self._log_now()
+                raise self._share_stop(held, stop)
             self._flush_metrics()
             return
         self.batches_seen += 1
         self.last_batch = batch
         if batch.mode == "train":
             self._step_batches = [b for b in self._step_batches if b.step == step] + [batch]
-        raised = self._run_guards("on_batch", step, batch)
+        raised = self._run_guards("on_batch", step, batch) or self._take_held_stop()
         needed = self.session.pending_rows()
         stop, need_text = self._decide(raised, step, need_text=any(not batch.holds(r) for r in needed))
         if need_text:
@@ -668,7 +674,13 @@ class GuardRun(TrainerCallback, ExportableState):
         final = bool(getattr(control, "should_training_stop", False)) or step >= int(
             getattr(state, "max_steps", 0) or 0
         )
-        self._dispatch("on_step_end", step, final)
+        if final:
+            self._dispatch("on_step_end", step, final)  # no batch follows: agree now
+        else:
+            # No collective on every step: what a guard finds here (the writer's results, on the main process) is
+            # shown now and, if it stops the run, stops every rank at the next agreement (the next batch's).
+            raised = self._run_guards("on_step_end", step, final)
+            self._held_stop = self._held_stop or raised or self.session.settle()
         if getattr(control, "should_save", False):
             if any(hasattr(g, "wants_rows") for g in self.guards):  # the checkpoint's dump needs its rows
                 self._fill_rows(self._step_batches, everywhere=False)
@@ -695,8 +707,13 @@ class GuardRun(TrainerCallback, ExportableState):
             self._log_now()
             raise stop
 
+    def _take_held_stop(self) -> GuardError | None:
+        held, self._held_stop = self._held_stop, None
+        return held
+
     def _settled(self, raised: GuardError | None, step: int) -> GuardError | None:
         """Agree across ranks, then render this rank's messages: the error to raise on this rank, or None."""
+        raised = raised or self._take_held_stop()
         stop, _ = self._decide(raised, step, need_text=False)
         error = self.session.settle()
         return self._share_stop(raised or error, stop) if stop is not None else None
