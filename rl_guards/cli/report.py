@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rl_guards.rollouts.report import write_report
+from rl_guards.rollouts.render import printable
+from rl_guards.rollouts.report import collect, write_report
 
 
 def register(subparsers: Any) -> None:
@@ -26,6 +27,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not Path(args.run_dir).is_dir():
         print(f"rl-guards report: {args.run_dir} is not a folder", file=sys.stderr)
         return 2
-    path = write_report(args.run_dir, args.output)
+    data = collect(args.run_dir)
+    for item in data.unreadable:
+        print(f"rl-guards report: skipped unreadable file {printable(item)}", file=sys.stderr)
+    path = write_report(args.run_dir, args.output, data)
     print(f"wrote {path}")
     return 0

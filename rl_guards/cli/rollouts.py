@@ -16,11 +16,12 @@ import sys
 from collections import OrderedDict
 from typing import Any
 
-from rl_guards.rollouts.reader import RolloutStore, filter_rows
+from rl_guards.rollouts.reader import RolloutStore, UnreadableDumpError, filter_rows
 from rl_guards.rollouts.render import (
     fmt_number,
     format_rollout,
     header_line,
+    printable,
     side_by_side,
     tail,
     visible_whitespace,
@@ -77,12 +78,20 @@ def cmd_list(args: argparse.Namespace) -> int:
     if store is None:
         return 2
     index = store.index()
-    print(f"{store.folder}: {len(index)} dumps")
+    print(f"{printable(store.folder)}: {len(index)} dumps")
     print(f"{'step':>8}  {'rows':>6}  {'reason':<10}  {'checkpoint':>10}  tasks")
     for e in index:
         ckpt = "" if e.get("checkpoint") is None else str(e["checkpoint"])
-        print(f"{e['step']:>8}  {e['rows']:>6}  {e['reason']:<10}  {ckpt:>10}  {','.join(e['tasks'])}")
+        tasks = ",".join(printable(t) for t in e["tasks"])
+        print(f"{e['step']:>8}  {e['rows']:>6}  {printable(e['reason']):<10}  {ckpt:>10}  {tasks}")
+    _say_unreadable(store)
     return 0
+
+
+def _say_unreadable(store: RolloutStore) -> None:
+    """One line on stderr per dump file that could not be read (the others are still listed and shown)."""
+    for item in store.unreadable():
+        print(f"rl-guards rollouts: skipped unreadable dump {printable(item)}", file=sys.stderr)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -92,8 +101,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     try:
         rows = store.load(args.step)
     except FileNotFoundError as exc:
-        print(f"rl-guards rollouts: {exc}", file=sys.stderr)
+        print(f"rl-guards rollouts: {printable(exc)}", file=sys.stderr)
+        _say_unreadable(store)
         return 2
+    except UnreadableDumpError as exc:
+        print(f"rl-guards rollouts: {printable(exc)}", file=sys.stderr)
+        return 1
     picked = filter_rows(
         rows,
         task=args.task,
@@ -138,8 +151,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         rows_a = filter_rows(store.load(step_a), task=args.task)
         rows_b = filter_rows(store.load(step_b), task=args.task)
     except FileNotFoundError as exc:
-        print(f"rl-guards rollouts: {exc}", file=sys.stderr)
+        print(f"rl-guards rollouts: {printable(exc)}", file=sys.stderr)
+        _say_unreadable(store)
         return 2
+    except UnreadableDumpError as exc:
+        print(f"rl-guards rollouts: {printable(exc)}", file=sys.stderr)
+        return 1
     groups_a, groups_b = by_prompt(rows_a), by_prompt(rows_b)
     common = [p for p in groups_a if p in groups_b]
     where = f" (task {args.task})" if args.task else ""
@@ -156,7 +173,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for prompt in common[: args.limit]:
         a, b = groups_a[prompt], groups_b[prompt]
         print("═" * min(width, 2 * col + 3))
-        print(f"task {a[0].get('task')} | prompt (tail):")
+        print(f"task {printable(a[0].get('task'))} | prompt (tail):")
         print(visible_whitespace(tail(prompt, 300)))
         left_title = f"step {step_a}: {len(a)} rollouts, mean reward {fmt_number(_mean_reward(a))}"
         right_title = f"step {step_b}: {len(b)} rollouts, mean reward {fmt_number(_mean_reward(b))}"

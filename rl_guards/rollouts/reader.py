@@ -29,6 +29,11 @@ from rl_guards.rollouts.recorder import (
     step_file_name,
 )
 
+
+class UnreadableDumpError(ValueError):
+    """A dump file exists but cannot be read (truncated, corrupt, not Parquet); the message names the file."""
+
+
 # Texts decoded at read time from the ids a schema-2 dump keeps (text column -> ids column).
 DECODED_COLUMNS = {"prompt": "prompt_ids", "completion": "completion_ids"}
 
@@ -50,16 +55,24 @@ class RolloutStore:
     """The rollout dumps of one run."""
 
     def __init__(self, run_dir: str | os.PathLike[str]) -> None:
-        self.run_dir = Path(run_dir)
+        self.run_dir = Path(os.path.expandvars(os.path.expanduser(str(run_dir))))
         self.folder = find_rollouts_dir(self.run_dir)
+        self._unreadable: list[str] | None = None
 
     def index(self) -> list[dict[str, Any]]:
         """One entry per dump (step, rows, tasks, reason, checkpoint, file), sorted by step.
 
-        Read from the files themselves, so a stale or missing ``index.jsonl`` cannot mislead.
+        Read from the files themselves, so a stale or missing ``index.jsonl`` cannot mislead. Files that cannot be
+        read are left out and listed by :meth:`unreadable`.
         """
-        entries, _ = scan_dumps(self.folder)
+        entries, self._unreadable = scan_dumps(self.folder)
         return [entries[s] for s in sorted(entries)]
+
+    def unreadable(self) -> list[str]:
+        """The dump files the last :meth:`index` could not read, each with the reason."""
+        if self._unreadable is None:
+            self.index()
+        return list(self._unreadable or [])
 
     def steps(self) -> list[int]:
         """Dumped steps, ascending."""
@@ -105,8 +118,14 @@ class RolloutStore:
                 if text in wanted and text not in present:
                     wanted.remove(text)
                     wanted += [c for c in (source, "completion_text") if c in present and c not in wanted]
-        table = pq.read_table(str(path), columns=wanted)
-        version = int(table.column("schema_version")[0].as_py()) if table.num_rows else SCHEMA_VERSION
+        try:
+            table = pq.read_table(str(path), columns=wanted)
+        except Exception as exc:  # a torn or corrupt file: one clear error naming it, not a thrift traceback
+            raise UnreadableDumpError(f"cannot read {path}: {type(exc).__name__}: {str(exc)[:200]}") from exc
+        try:
+            version = int(table.column("schema_version")[0].as_py()) if table.num_rows else SCHEMA_VERSION
+        except Exception as exc:
+            raise UnreadableDumpError(f"{path} has no readable schema_version: {exc}") from exc
         if version > SCHEMA_VERSION:
             raise ValueError(
                 f"{self.path(step)} has schema version {version}; this rl_guards reads up to {SCHEMA_VERSION}. "
@@ -121,7 +140,11 @@ class RolloutStore:
         in schema-1 dumps, decoded here from the ids for schema 2 (without the run's tokenizer, the completion is
         the reward functions' text and the prompt is empty).
         """
-        rows = [_with_rewards(row) for row in self.table(step, columns).to_pylist()]
+        table = self.table(step, columns)
+        try:
+            rows = [_with_rewards(row) for row in table.to_pylist()]
+        except Exception as exc:  # a corrupt data page may only show when the values are read
+            raise UnreadableDumpError(f"cannot read {self.path(step)}: {type(exc).__name__}: {exc}") from exc
         want = set(DECODED_COLUMNS) if columns is None else set(columns) & set(DECODED_COLUMNS)
         decode = self.decoder
         prompts: dict[tuple[int, ...], str] = {}

@@ -84,6 +84,7 @@ SUPERSEDED_DIR = "superseded"
 METADATA_KEY = b"rl_guards"
 REWARD_PREFIX = "reward/"
 STEP_FILE_RE = re.compile(r"^step_(\d+)\.parquet$")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 WANDB_KEY = "rl_guards/rollouts"
 WANDB_TEXT_CHARS = 1000  # completion characters kept in the W&B table (the Parquet file keeps all)
 WANDB_PROMPT_CHARS = 300  # prompt tail characters kept in the W&B table
@@ -110,6 +111,30 @@ def read_dump_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     return json.loads(raw)
 
 
+def validate_metadata(meta: Any) -> dict[str, Any]:
+    """The metadata of a dump, checked field by field; ValueError naming the field for anything crafted or broken
+    (a step that is no integer, tasks that are no list of strings, ...)."""
+    if not isinstance(meta, dict):
+        raise ValueError(f"metadata is a {type(meta).__name__}, not a mapping")
+
+    def integer(name: str, optional: bool = False) -> None:
+        value = meta.get(name)
+        if value is None and optional:
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"metadata field {name!r} must be a non-negative integer, got {value!r}"[:200])
+
+    integer("step")
+    integer("rows")
+    integer("checkpoint", optional=True)
+    tasks = meta.get("tasks")
+    if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
+        raise ValueError(f"metadata field 'tasks' must be a list of strings, got {tasks!r}"[:200])
+    if not isinstance(meta.get("reason"), str):
+        raise ValueError(f"metadata field 'reason' must be a string, got {meta.get('reason')!r}"[:200])
+    return meta
+
+
 def index_entry(meta: dict[str, Any], file_name: str) -> dict[str, Any]:
     """One ``index.jsonl`` line from a dump's metadata."""
     return {
@@ -124,7 +149,8 @@ def index_entry(meta: dict[str, Any], file_name: str) -> dict[str, Any]:
 
 
 def scan_dumps(folder: str | os.PathLike[str]) -> tuple[dict[int, dict[str, Any]], list[str]]:
-    """Index entries of every readable dump in ``folder`` keyed by step, and the names of unreadable files."""
+    """Index entries of every readable dump in ``folder`` keyed by step, and each unreadable file as
+    ``"<name> (<reason>)"`` (truncated, empty, not Parquet, crafted or broken metadata)."""
     entries: dict[int, dict[str, Any]] = {}
     bad: list[str] = []
     folder = Path(folder)
@@ -135,9 +161,9 @@ def scan_dumps(folder: str | os.PathLike[str]) -> tuple[dict[int, dict[str, Any]
         if not match:
             continue
         try:
-            meta = read_dump_metadata(path)
-        except Exception:
-            bad.append(path.name)
+            meta = validate_metadata(read_dump_metadata(path))
+        except Exception as exc:  # anything on disk can be damaged: name it, never stop on it
+            bad.append(f"{path.name} ({type(exc).__name__}: {str(exc)[:160]})")
             continue
         entries[int(meta["step"])] = index_entry(meta, path.name)
     return entries, bad
@@ -626,7 +652,7 @@ def _clean_text(text: str) -> str:
         text.encode("utf-8")
         return text
     except UnicodeEncodeError:
-        return text.encode("utf-8", "replace").decode("utf-8")
+        return _SURROGATE.sub("\ufffd", text)
 
 
 def _columns_json(batch: RolloutBatch, names: list[str], row: int) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import unicodedata
 from typing import Any
 
 NEWLINE_MARK = "↵"
@@ -23,10 +24,45 @@ INVISIBLE = {
 }
 
 
+CONTROL_NAMES = {"\x00": "NUL", "\x07": "BEL", "\x08": "BS", "\x1b": "ESC", "\x7f": "DEL"}
+
+
+def control_mark(char: str) -> str | None:
+    """How a character a terminal would act on (a control or format character) is shown, or None for others.
+
+    Text from a model or a dataset can hold ESC / OSC sequences, NUL, bidi overrides: printed raw they move the
+    cursor, change colours or titles, hide text. They are shown as ``⟨ESC⟩``, ``⟨U+202E⟩``... instead.
+    """
+    if char in INVISIBLE:
+        return f"⟨{INVISIBLE[char]}⟩"
+    if unicodedata.category(char) in ("Cc", "Cf", "Cs"):
+        return f"⟨{CONTROL_NAMES.get(char, f'U+{ord(char):04X}')}⟩"
+    return None
+
+
+def printable(value: Any) -> str:
+    """One line of text safe to print: every control character (line breaks included) shown as a mark."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    out = []
+    for char in text:
+        if char == "\n":
+            out.append(NEWLINE_MARK)
+        elif char == "\t":
+            out.append(TAB_MARK)
+        elif char == "\r":
+            out.append(CR_MARK)
+        else:
+            out.append(control_mark(char) or char)
+    return "".join(out)
+
+
 def visible_whitespace(text: str) -> str:
     """``text`` with line breaks shown as ``↵`` (the break is kept), tabs as ``⇥``, carriage returns as ``␍``,
     invisible characters as ``⟨NAME⟩``, and every space as ``·`` except a single space between two visible
-    characters. Special tokens stay as their text (``<|im_end|>``)."""
+    characters; other control and format characters as ``⟨ESC⟩``, ``⟨U+202E⟩``... (:func:`control_mark`), so
+    nothing a model wrote can drive the terminal. Special tokens stay as their text (``<|im_end|>``)."""
     out_lines = []
     for line in text.split("\n"):
         chars = list(line)
@@ -41,17 +77,15 @@ def visible_whitespace(text: str) -> str:
                 shown.append(TAB_MARK)
             elif char == "\r":
                 shown.append(CR_MARK)
-            elif char in INVISIBLE:
-                shown.append(f"⟨{INVISIBLE[char]}⟩")
             else:
-                shown.append(char)
+                shown.append(control_mark(char) or char)
         out_lines.append("".join(shown))
     return (NEWLINE_MARK + "\n").join(out_lines)
 
 
 def fmt_number(value: float | None, signed: bool = False) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "—"
+    if not isinstance(value, int | float) or isinstance(value, bool) or math.isnan(value):
+        return "—" if value is None or isinstance(value, float) else printable(value)
     return f"{value:+.3f}" if signed else f"{value:.3f}"
 
 
@@ -73,10 +107,10 @@ def flags(row: dict[str, Any]) -> list[str]:
 def header_line(row: dict[str, Any]) -> str:
     """``step 20 | arith | group 3 row 12 | reward 1.000 (f=1.000) | adv +0.870 | TRUNCATED ...``."""
     rewards = row.get("rewards") or {}
-    parts = ", ".join(f"{k}={fmt_number(v)}" for k, v in rewards.items())
+    parts = ", ".join(f"{printable(k)}={fmt_number(v)}" for k, v in rewards.items())
     fields = [
-        f"step {row.get('step')}",
-        str(row.get("task")),
+        f"step {printable(row.get('step'))}",
+        printable(row.get("task")),
         f"group {row.get('group')} row {row.get('row')}",
         f"reward {fmt_number(row.get('reward'))}" + (f" ({parts})" if parts else ""),
         f"adv {fmt_number(row.get('advantage'), signed=True)}",

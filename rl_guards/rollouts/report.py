@@ -47,6 +47,8 @@ class RunData:
     trainer_state: Path | None = None
     index: list[dict[str, Any]] = field(default_factory=list)
     columns: list[tuple[str, list[dict[str, Any]]]] = field(default_factory=list)  # (title, rows) per dump shown
+    skipped: dict[str, int] = field(default_factory=dict)  # chart metric -> non-finite values left out of it
+    unreadable: list[str] = field(default_factory=list)  # files (and why) that could not be read
 
 
 def find_trainer_state(run_dir: str | os.PathLike[str]) -> Path | None:
@@ -65,13 +67,19 @@ def find_trainer_state(run_dir: str | os.PathLike[str]) -> Path | None:
     return found
 
 
-def log_history_curves(state_path: Path) -> dict[str, Series]:
-    """metric -> task -> [(step, value)] from ``log_history``; TRL's overall ``reward`` as task ``(all)``."""
+def log_history_curves(state_path: Path, skipped: dict[str, int] | None = None) -> dict[str, Series]:
+    """metric -> task -> [(step, value)] from ``log_history``; TRL's overall ``reward`` as task ``(all)``.
+
+    Non-finite values (a reward of 1e300 is inf in float32) are left out of the charts and counted per chart
+    metric in ``skipped``.
+    """
     history = json.loads(state_path.read_text(encoding="utf-8")).get("log_history", [])
+    if not isinstance(history, list):
+        raise ValueError(f"{state_path}: log_history is not a list")
     curves: dict[str, Series] = {}
     for entry in history:
-        step = entry.get("step")
-        if step is None:
+        step = entry.get("step") if isinstance(entry, dict) else None
+        if not isinstance(step, int | float) or isinstance(step, bool) or not math.isfinite(step):
             continue
         for key, value in entry.items():
             if not isinstance(value, int | float) or isinstance(value, bool) or math.isnan(value):
@@ -82,6 +90,10 @@ def log_history_curves(state_path: Path) -> dict[str, Series]:
             elif key == "reward":
                 metric, task = "reward_mean", "(all, TRL)"
             else:
+                continue
+            if not math.isfinite(value):
+                if skipped is not None:
+                    skipped[metric] = skipped.get(metric, 0) + 1
                 continue
             curves.setdefault(metric, {}).setdefault(task, []).append((float(step), float(value)))
     return curves
@@ -96,12 +108,12 @@ def dump_stats(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for task, task_rows in by_task.items():
         stats: dict[str, float] = {}
-        rewards = [r["reward"] for r in task_rows if r.get("reward") is not None]
+        rewards = [r["reward"] for r in task_rows if _finite(r.get("reward"))]
         if rewards:
             stats["reward_mean"] = sum(rewards) / len(rewards)
         groups: dict[int, list[float]] = {}
         for r in task_rows:
-            if r.get("reward") is not None:
+            if _finite(r.get("reward")) and isinstance(r.get("group"), int):
                 groups.setdefault(int(r["group"]), []).append(float(r["reward"]))
         full = [g for g in groups.values() if len(g) > 1]
         if full:
@@ -112,14 +124,19 @@ def dump_stats(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def collect(run_dir: str | os.PathLike[str]) -> RunData:
-    """Read everything the report needs."""
+    """Read everything the report needs; a file that cannot be read is named on the page, never a crash."""
     data = RunData(run_dir=Path(run_dir))
     data.trainer_state = find_trainer_state(run_dir)
     if data.trainer_state is not None:
         try:
-            data.log_curves = log_history_curves(data.trainer_state)
-        except (OSError, ValueError):
+            data.log_curves = log_history_curves(data.trainer_state, data.skipped)
+        except Exception as exc:  # a damaged trainer_state.json: the dumps still make a report
+            data.unreadable.append(f"{data.trainer_state} ({type(exc).__name__}: {str(exc)[:160]})")
             data.log_curves = {}
     try:
         store: RolloutStore | None = RolloutStore(run_dir)
@@ -128,16 +145,27 @@ def collect(run_dir: str | os.PathLike[str]) -> RunData:
     if store is None:
         return data
     data.index = store.index()
+    data.unreadable += store.unreadable()
+    readable = []
     for entry in data.index:  # only the columns the curves need: a long run has many large dumps
-        for task, stats in dump_stats(store.load(entry["step"], STAT_COLUMNS)).items():
+        try:
+            stats_by_task = dump_stats(store.load(entry["step"], STAT_COLUMNS))
+        except Exception as exc:  # a corrupt data page behind a valid footer
+            data.unreadable.append(f"{entry['file']} ({type(exc).__name__}: {str(exc)[:160]})")
+            continue
+        readable.append(entry)
+        for task, stats in stats_by_task.items():
             for metric, value in stats.items():
                 data.dump_curves.setdefault(metric, {}).setdefault(task, []).append((float(entry["step"]), value))
-    shown = [e for e in data.index if e.get("checkpoint") is not None] or data.index
+    shown = [e for e in readable if e.get("checkpoint") is not None] or readable
     for entry in _spread(shown, MAX_COLUMNS):
         title = f"step {entry['step']}"
         if entry.get("checkpoint") is not None:
             title = f"checkpoint-{entry['checkpoint']} (step {entry['step']})"
-        data.columns.append((title, store.load(entry["step"])))
+        try:
+            data.columns.append((title, store.load(entry["step"])))
+        except Exception as exc:
+            data.unreadable.append(f"{entry['file']} ({type(exc).__name__}: {str(exc)[:160]})")
     return data
 
 
@@ -170,6 +198,9 @@ def svg_line_chart(series: Series, title: str, width: int = 520, height: int = 2
     """An inline SVG line chart (one polyline and marker set per series, legend on the right). ``share``: the
     values are fractions, so the y axis starts at 0."""
     esc = html.escape
+    series = {
+        name: [p for p in values if math.isfinite(p[0]) and math.isfinite(p[1])] for name, values in series.items()
+    }
     points = [p for values in series.values() for p in values]
     if not points:
         return f'<div class="empty">{esc(title)}: no data</div>'
@@ -354,11 +385,17 @@ def render_html(data: RunData) -> str:
         if data.dump_curves.get(m)
     )
     state = esc(str(data.trainer_state)) if data.trainer_state else "none found"
+    notes = "".join(
+        f'<div class="meta">{esc(title)}: {n} non-finite value(s) (inf) left out of the chart</div>'
+        for m, title in CHARTS
+        if (n := data.skipped.get(m))
+    )
+    notes += "".join(f'<div class="meta">skipped unreadable file: {esc(item)}</div>' for item in data.unreadable)
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
         f"<title>rl_guards report — {esc(data.run_dir.name)}</title><style>{CSS}</style></head><body>"
         f"<h1>rl_guards report: {esc(str(data.run_dir))}</h1>"
-        f'<div class="meta">trainer state: {state} · {len(data.index)} rollout dumps</div>'
+        f'<div class="meta">trainer state: {state} · {len(data.index)} rollout dumps</div>{notes}'
         "<h2>Curves from the training log</h2>"
         f'<div class="charts">{charts_log or "<div class=empty>no rl_guards or reward keys in log_history</div>"}</div>'
         "<h2>Curves from the rollout dumps</h2>"
@@ -372,9 +409,11 @@ def render_html(data: RunData) -> str:
     )
 
 
-def write_report(run_dir: str | os.PathLike[str], output: str | os.PathLike[str] | None = None) -> Path:
+def write_report(
+    run_dir: str | os.PathLike[str], output: str | os.PathLike[str] | None = None, data: RunData | None = None
+) -> Path:
     """Write the report of ``run_dir`` (default ``<run_dir>/rl_guards_report.html``) and return its path."""
-    data = collect(run_dir)
+    data = data if data is not None else collect(run_dir)
     path = Path(output) if output else Path(run_dir) / "rl_guards_report.html"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
