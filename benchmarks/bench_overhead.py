@@ -369,7 +369,8 @@ def guards_config(out_dir: str) -> GuardsConfig:
         }
     )
     for name in cfg.to_dict():
-        getattr(cfg, name).mode = "log"
+        if name != "metrics":  # not a guard
+            getattr(cfg, name).mode = "log"
     return cfg
 
 

@@ -9,6 +9,8 @@ naming the field, e.g. ``think_tags.mode``.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -21,12 +23,41 @@ Mode = Literal["raise", "warn", "log"]
 MODES: tuple[str, ...] = ("raise", "warn", "log")
 
 
+class _Checked:
+    """Checks every assignment made after construction: ``cfg.masking.mode = "Raise"`` is a ConfigError at once
+    (0.1 accepted it and treated the guard as ``log``), as are a wrong type, a NaN threshold or an unknown field."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not self.__dict__.get("_ready"):  # the dataclass __init__ filling the fields
+            object.__setattr__(self, name, value)
+            return
+        fields = {f.name for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        prefix = self.__dict__.get("_section") or type(self).__name__
+        if name not in fields:
+            raise ConfigError(f"unknown field {prefix}.{name}; available: {sorted(fields)}")
+        coerced = _coerce(_hints(type(self))[name], value, f"{prefix}.{name}")
+        old = self.__dict__.get(name)
+        object.__setattr__(self, name, coerced)
+        try:
+            self.validate(prefix)  # type: ignore[attr-defined]
+        except ConfigError:
+            object.__setattr__(self, name, old)
+            raise
+
+    def _ready_now(self, section: str = "") -> None:
+        object.__setattr__(self, "_section", section or self.__dict__.get("_section", ""))
+        object.__setattr__(self, "_ready", True)
+
+
 @dataclass
-class GuardConfig:
+class GuardConfig(_Checked):
     """Fields every guard has."""
 
     enabled: bool = True  # turn the guard off entirely
     mode: Mode = "warn"  # raise: stop the run; warn: warn once and count; log: count only
+
+    def __post_init__(self) -> None:
+        self._ready_now()
 
     def validate(self, prefix: str) -> None:
         """Raise ConfigError naming ``prefix.<field>`` for an invalid value."""
@@ -224,13 +255,16 @@ class RewardSanityConfig(GuardConfig):
 
 
 @dataclass
-class MetricsConfig:
+class MetricsConfig(_Checked):
     """How much rl_guards logs: ``default`` is a small set, quiet when healthy (:mod:`rl_guards.core.metric_set`);
     ``full`` logs every metric of every guard. ``metrics: full`` in YAML is short for ``metrics: {level: full}``."""
 
     SHORTHAND: ClassVar[str] = "level"
 
     level: Literal["default", "full"] = "default"  # default: the headline set; full: every guard's every metric
+
+    def __post_init__(self) -> None:
+        self._ready_now()
 
     def validate(self, prefix: str) -> None:
         """Raise ConfigError naming ``prefix.level`` for an invalid value."""
@@ -258,11 +292,40 @@ class GuardsConfig:
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
-            sub = getattr(self, f.name)
-            if isinstance(sub, dict):
-                sub = _build(typing.get_type_hints(type(self))[f.name], sub, f.name)
-                setattr(self, f.name, sub)
-            sub.validate(f.name)
+            object.__setattr__(self, f.name, self._section_value(f.name, getattr(self, f.name)))
+        object.__setattr__(self, "_ready", True)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not self.__dict__.get("_ready"):
+            object.__setattr__(self, name, value)
+            return
+        names = [f.name for f in dataclasses.fields(self)]
+        if name not in names:
+            raise ConfigError(f"unknown guard section {name!r}; available: {names}")
+        object.__setattr__(self, name, self._section_value(name, value))
+
+    def _section_value(self, name: str, value: Any) -> Any:
+        """A section from a dict (or None: defaults) or an instance of its class, validated and named."""
+        cls = _hints(type(self))[name]
+        if value is None or isinstance(value, dict | str):
+            value = _coerce(cls, {} if value is None else value, name)
+        if not isinstance(value, cls):
+            raise ConfigError(f"{name} must be a {cls.__name__} or a mapping, got {type(value).__name__}")
+        _check_fields(value, name)
+        value.validate(name)
+        value._ready_now(name)
+        return value
+
+    def validate(self) -> GuardsConfig:
+        """Check every section again (values changed in place, e.g. a list appended to); returns the config.
+
+        ``rl_guards.install()`` calls it, so a config edited in code after construction is checked before training.
+        """
+        for f in dataclasses.fields(self):
+            section = getattr(self, f.name)
+            _check_fields(section, f.name)
+            section.validate(f.name)
+        return self
 
     # ----- loading -------------------------------------------------------------------------------------
     @classmethod
@@ -279,8 +342,13 @@ class GuardsConfig:
         data = yaml.safe_load(text) or {}
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
-        if "rl_guards" in data and isinstance(data["rl_guards"], dict):
-            data = data["rl_guards"]
+        if "rl_guards" in data:
+            others = sorted(str(k) for k in data if k != "rl_guards")
+            if others:
+                raise ConfigError(
+                    f"{path}: guard sections both under rl_guards: and at the top level ({others}); keep one"
+                )
+            data = data["rl_guards"] or {}
         return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
@@ -308,10 +376,26 @@ class GuardsConfig:
         return GuardsConfig.from_dict(data)
 
 
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _check_fields(section: Any, prefix: str) -> None:
+    """Every field of ``section`` has a value of its declared type (ConfigError naming the first that does not)."""
+    hints = _hints(type(section))
+    for f in dataclasses.fields(section):
+        _coerce(hints[f.name], getattr(section, f.name), f"{prefix}.{f.name}")
+
+
 def _build(cls: type, data: Any, prefix: str) -> Any:
     if not isinstance(data, dict):
         raise ConfigError(f"{prefix or 'config'} must be a mapping, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
+    odd = [k for k in data if not isinstance(k, str)]
+    if odd:
+        where = prefix or "config"
+        raise ConfigError(f"{where} has key(s) that are not names: {odd!r}; keys must be strings (field names)")
+    hints = _hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
@@ -328,10 +412,12 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if isinstance(value, tp):
+            return value
         shorthand = getattr(tp, "SHORTHAND", None)
         if shorthand is not None and isinstance(value, str):  # "metrics: full" -> {"level": "full"}
             value = {shorthand: value}
-        return _build(tp, value, path)
+        return _build(tp, {} if value is None else value, path)  # "masking:" with nothing: the defaults
     if origin is Literal:
         if value not in args:
             raise ConfigError(f"{path} must be one of {list(args)}, got {value!r}")
@@ -367,6 +453,8 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{path} must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{path} must be a finite number, got {value!r}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):

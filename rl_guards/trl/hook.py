@@ -84,6 +84,7 @@ def install(
         config = GuardsConfig.from_yaml(config)
     elif not isinstance(config, GuardsConfig):
         raise ConfigError(f"config must be a GuardsConfig, dict or YAML path, got {type(config).__name__}")
+    config.validate()  # a config edited in code after construction is checked again before training
     handler = getattr(trainer, "callback_handler", None)
     if any(isinstance(cb, GuardRun) for cb in getattr(handler, "callbacks", [])):
         raise ConfigError("rl_guards is already installed on this trainer; call install() once per trainer")
