@@ -7,7 +7,9 @@
     rl-guards check-template deepseek_r1_distill --string-prefill '<think>\\n'
 
 Prints the rendered generation prompt with thinking on, off and as the run asks (``repr``: whitespace visible),
-then the verdict. Exit code 1 on a blocking finding, 2 when the template cannot be loaded.
+then the verdict. A template that needs a special token the tokenizer lacks (``bos_token`` in llama3 with a Qwen
+tokenizer) is rendered with an empty one, and the output says so. Exit codes: 0 checked and fine, 1 a blocking
+finding, 2 could not check (the template does not load, or a render failed: nothing was checked there).
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ def load_tokenizer(source: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rl_guards.core.templates import RENDER_FAILED
     from rl_guards.core.think_markup import MARKUPS
     from rl_guards.trl.template_check import (
         PROBE_TEXT,
@@ -81,9 +84,17 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:
         print(f"cannot load {args.source!r}: {exc}")
         return 2
-    kwargs: dict[str, Any] = json.loads(args.kwargs) if args.kwargs else {}
+    try:
+        kwargs: dict[str, Any] = json.loads(args.kwargs) if args.kwargs else {}
+    except ValueError as exc:
+        print(f"--kwargs is not JSON: {exc}")
+        return 2
     if args.enable_thinking is not None:
         kwargs["enable_thinking"] = args.enable_thinking == "true"
+    for name in ("bos_token", "eos_token"):  # templates that print them: render what can be rendered
+        if name not in kwargs and getattr(tokenizer, name, None) is None and name in (tokenizer.chat_template or ""):
+            kwargs[name] = ""
+            print(f"note: the tokenizer has no {name}; rendering with {name}='' (pass --kwargs to choose one)")
     markup = MARKUPS[args.markup] if args.markup else None
 
     report = check_template(tokenizer, chat_template_kwargs=kwargs, markup=markup)
@@ -112,4 +123,8 @@ def run(args: argparse.Namespace) -> int:
         report = check_template(tokenizer, prompts=[prompt], chat_template_kwargs=kwargs, markup=markup)
         print(f"{'your prompt':>20}: {visible_tail(report.renders.get('dataset row 0', ''), width=SHOWN_CHARS)}")
     print(report.format())
+    failed = [f for f in report.findings if f.kind == RENDER_FAILED]
+    if failed:
+        print(f"could not check: {len(failed)} render(s) failed (see above); exit code 2")
+        return 2
     return 1 if report.blocking else 0

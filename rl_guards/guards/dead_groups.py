@@ -119,7 +119,21 @@ class DeadGroupGuard(Guard):
             f"in every group all rollouts got the same total reward, so every advantage is zero."
         )
         if high - low <= REWARD_ATOL:
-            detail = f" Every rollout of the task so far got the total {high:g}: is its reward able to vary?"
+            # A reward that never varied is more often a broken or constant reward than a task too easy or too
+            # hard: that comes first, the group-size advice only after it.
+            lines = [
+                f"{head} Every rollout of the task so far got the same total, {high:g}: first check the reward "
+                "function, it may be broken or constant for this task (a parse that always fails, a wrong dataset "
+                "column, the task routed to a function that does not score it). Score a few of these completions by "
+                f"hand (`rl-guards rollouts OUTPUT_DIR show --step {batch.step} --task {task}`)."
+            ]
+            if rate is not None:
+                advice = advise_group_size(task, rate, batch.num_generations, self.config.target_dead_share)
+                lines.append("Only if the reward can vary: " + advice.message())
+            lines.append(
+                "Fix: the reward function first; then num_generations or the task's difficulty (or drop the task)."
+            )
+            return "\n".join(lines)
         else:
             detail = (
                 f" Last batch: {s.groups} group(s): {s.dead_all_pass} all at the best total seen ({high:g}), "
@@ -145,7 +159,14 @@ class DeadGroupGuard(Guard):
             rate = self.pass_rate(task)
             if rate is None or self.group_size < 2:
                 continue
-            lines.append("  " + advise_group_size(task, rate, self.group_size, self.config.target_dead_share).message())
+            advice = advise_group_size(task, rate, self.group_size, self.config.target_dead_share).message()
+            low, high = self.ranges.get(task, [0.0, 0.0])
+            if high - low <= REWARD_ATOL:  # the reward never varied: that comes before any group-size advice
+                advice = (
+                    f"{task}: every rollout got the total {high:g}: check the task's reward function first (it may be "
+                    f"broken or constant). Only if it can vary: {advice}"
+                )
+            lines.append("  " + advice)
         return (
             "group-size advice (binary-reward model, lower bound when prompt difficulty varies):\n" + "\n".join(lines)
             if lines

@@ -14,6 +14,19 @@ from rl_guards.guards.base import Guard, Reporter
 TAIL_CHARS = 80  # characters of a completion's end shown in a message
 
 
+def _typo_note(unrouted: list[str], declared: list[str], present: set[str]) -> str:
+    """``routes name 'arihm', close to 'arith' ...`` for declared tasks that match no row but look like one."""
+    import difflib
+
+    absent = [d for d in declared if d not in present]
+    pairs = []
+    for task in unrouted:
+        close = difflib.get_close_matches(task, absent, n=1, cutoff=0.6)
+        if close:
+            pairs.append(f"route key {close[0]!r} matches no row, and looks like the task {task!r}")
+    return ("Likely typo: " + "; ".join(pairs) + ".\n") if pairs else ""
+
+
 class RoutingGuard(Guard):
     """Checks each batch against the declared task -> reward function routes (default mode: raise).
 
@@ -88,14 +101,16 @@ class RoutingGuard(Guard):
                 "routing.routes or rl_guards.rewards.routing.route() to check which function scores which task.",
             )
         rows = sorted(set(result.examples.values()))
+        # A route naming a task that never comes (a typo of a real task) shows up as rows of an unrouted task, and
+        # as holes or misrouted scores for the real one: the cause comes first, so raise mode stops with it.
+        if result.unrouted:
+            report.violation("unrouted_task", self._unrouted_message(batch, result, table), RoutingError)
         if result.unscored or result.all_skipped:
             report.violation("unscored_rows", lambda: self._unscored_message(batch, result), RoutingError, rows=rows)
         if result.misrouted:
             report.violation(
                 "misrouted_score", lambda: self._misrouted_message(batch, result, table), RoutingError, rows=rows
             )
-        if result.unrouted:
-            report.violation("unrouted_task", self._unrouted_message(batch, result, table), RoutingError)
 
     # ----- messages ---------------------------------------------------------------------------------------
     @staticmethod
@@ -154,7 +169,7 @@ class RoutingGuard(Guard):
         declared = sorted(table.declared_tasks) if table is not None else []
         return (
             f"rows of tasks that no route names at step {batch.step} ({batch.mode}); declared tasks: {declared}.\n"
-            f"{self._table_text(rows)}\n"
+            f"{self._table_text(rows)}\n{_typo_note(sorted(result.unrouted), declared, set(total))}"
             "Fix: add the task to routing.routes (or to route({...})) with the functions that must score it; use "
             "an empty list if only unrouted (global) functions should. Or check the dataset's task column."
         )

@@ -10,6 +10,7 @@ from rl_guards.config import ThinkTagsConfig
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.core.think_markup import (
     ALL_CODES,
+    TAG_IN_NONTHINKING,
     THINK,
     MarkupVerdict,
     ThinkMarkup,
@@ -204,6 +205,26 @@ class ThinkTagsGuard(Guard):
                 rows=shown,
             )
 
+    def _hint(self, code: str) -> str:
+        """The fix for a code; for stray tags, what the run's StrayThinkPenalty (if any) already does."""
+        if code != TAG_IN_NONTHINKING:
+            return _HINTS[code]
+        penalty = next((f for f in self.ctx.reward_funcs if getattr(f, "__name__", "") == "stray_think_penalty"), None)
+        if penalty is None:
+            return _HINTS[code]
+        if not getattr(penalty, "enabled", True):
+            return (
+                "non-thinking rows emit think tags and the StrayThinkPenalty in reward_funcs is disabled: enable it "
+                "(stray_think_penalty.enabled: true)"
+            )
+        weight = getattr(penalty, "weight", None)
+        weight_text = f" (weight {weight:g})" if isinstance(weight, int | float) else ""
+        return (
+            f"non-thinking rows emit think tags although StrayThinkPenalty{weight_text} is already in reward_funcs: "
+            "raise its weight, check that each row's thinking flag reaches the trainer (honour_thinking_column), "
+            "or read the rollouts to see whether the template invites the tags"
+        )
+
     def _message(
         self,
         batch: RolloutBatch,
@@ -229,9 +250,8 @@ class ThinkTagsGuard(Guard):
             lines.append(f"  row {row} (task {batch.tasks[row]!r}, {mode}{prompt}): {', '.join(wrong)}")
             if batch.holds(row):
                 lines.append(f"    completion (cut for display only): {display_text(self._text(batch, row))}")
-        hints = [
-            _HINTS[c] for c in sorted({c for r in wrong_rows for c in codes_of(int(feats["wrong"][r]))}) if c in _HINTS
-        ]
+        codes = sorted({c for r in wrong_rows for c in codes_of(int(feats["wrong"][r]))})
+        hints = [self._hint(c) for c in codes if c in _HINTS]
         lines.append("Fix: " + ("; ".join(hints) if hints else "read these completions; the format is drifting") + ".")
         return "\n".join(lines)
 

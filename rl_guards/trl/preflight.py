@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -280,8 +281,53 @@ def _relabel(finding: PreflightFinding, label: str) -> PreflightFinding:
     )
 
 
+def _prefill_after_suffix(text: str, suffix: str) -> str | None:
+    """What follows the last generation prompt in ``text`` when it is only a think-block prefill (an open tag and
+    whitespace, e.g. ``<think>\\n``), else None."""
+    from rl_guards.core.think_markup import MARKUPS
+
+    at = text.rfind(suffix)
+    if not suffix or at < 0:
+        return None
+    tail = text[at + len(suffix) :]
+    rest = tail
+    for markup in MARKUPS.values():
+        rest = rest.replace(markup.open_tag, "")
+    return tail if tail and not rest.strip() else None
+
+
 def _untemplated_train_finding(train_rendered: list[str], train_fp: TemplateFingerprint) -> PreflightFinding:
     suffix = train_fp.generation_suffix
+    prefills = [_prefill_after_suffix(text, suffix) for text in train_rendered]
+    if suffix and train_rendered and all(p is not None for p in prefills):
+        return PreflightFinding(
+            "info",
+            "template",
+            "train_untemplated",
+            "train prompts are pre-rendered strings (TRL does not template strings): they end with the tokenizer's "
+            f"generation prompt ({visible_whitespace(suffix, newline_marks=True)}) followed by a think prefill "
+            f"({visible_whitespace(str(prefills[0]), newline_marks=True)}), and the model sees exactly that.",
+            "make sure eval renders its prompts with the same code; the template guard checks the prefill is not "
+            "doubled",
+        )
+    # Chat markup in a string: the generation prompt's first special-looking token (<|im_start|>, <start_of_turn>).
+    found = re.search(r"<\|?[A-Za-z_]{1,30}\|?>|\[[A-Z_]{2,30}\]", suffix)
+    marker = found.group(0) if found else (suffix.strip().splitlines()[0] if suffix.strip() else "")
+    if (
+        marker
+        and any(marker in text for text in train_rendered)
+        and not all(t.endswith(suffix) for t in train_rendered)
+    ):
+        return PreflightFinding(
+            "warning",
+            "template",
+            "train_untemplated",
+            "train prompts are pre-rendered strings with chat markup, but they do not end with the tokenizer's "
+            f"generation prompt ({visible_whitespace(suffix, newline_marks=True)}): the model is asked to continue "
+            "something other than a fresh assistant turn.",
+            "render string prompts with apply_chat_template(..., add_generation_prompt=True), or store them as "
+            "conversational messages so TRL applies the chat template",
+        )
     if suffix and all(text.endswith(suffix) for text in train_rendered):
         return PreflightFinding(
             "info",
