@@ -45,17 +45,16 @@ def printable(value: Any) -> str:
     text = str(value)
     if text.isprintable():
         return text
-    out = []
-    for char in text:
-        if char == "\n":
-            out.append(NEWLINE_MARK)
-        elif char == "\t":
-            out.append(TAB_MARK)
-        elif char == "\r":
-            out.append(CR_MARK)
-        else:
-            out.append(control_mark(char) or char)
-    return "".join(out)
+    return "".join(NEWLINE_MARK if char == "\n" else _mark(char) or char for char in text)
+
+
+def _mark(char: str) -> str | None:
+    """The mark of a tab, a carriage return or a control character; None for a character shown as it is."""
+    if char == "\t":
+        return TAB_MARK
+    if char == "\r":
+        return CR_MARK
+    return control_mark(char)
 
 
 def visible_whitespace(text: str) -> str:
@@ -73,12 +72,8 @@ def visible_whitespace(text: str) -> str:
                 nxt = chars[i + 1] if i + 1 < len(chars) else ""
                 plain = bool(prev) and bool(nxt) and not prev.isspace() and not nxt.isspace()
                 shown.append(" " if plain else SPACE_MARK)
-            elif char == "\t":
-                shown.append(TAB_MARK)
-            elif char == "\r":
-                shown.append(CR_MARK)
             else:
-                shown.append(control_mark(char) or char)
+                shown.append(_mark(char) or char)
         out_lines.append("".join(shown))
     return (NEWLINE_MARK + "\n").join(out_lines)
 

@@ -170,7 +170,6 @@ def grpo_mask_flags(
         ids = torch.full((ids.size(0), 1), pad, dtype=ids.dtype, device=device)
         cm, tm = torch.zeros_like(ids), torch.ones_like(ids)
     b, c = ids.shape
-    p = pids.size(1)
     eos = torch.tensor(sorted({int(e) for e in eos_token_ids}) or [-1], device=device, dtype=ids.dtype)
     pos = torch.arange(c, device=device).expand(b, c)
 
@@ -216,31 +215,7 @@ def grpo_mask_flags(
         bad[M.TOOL_MASK] = torch.zeros_like(in_content)
 
     # Prompt leak: the completion's head repeats the prompt's tail (k tokens) or the prompt's head.
-    real = pm != 0
-    n_prompt = real.sum(dim=1)
-    leak_len = torch.zeros(b, dtype=torch.long, device=device)
-    leak_one = torch.zeros(b, dtype=torch.bool, device=device)
-    leak_markup = torch.zeros(b, dtype=torch.bool, device=device)  # the longest tail overlap is markup only
-    markup = torch.isin(ids, torch.tensor(sorted({int(t) for t in markup_ids}) or [-1], device=device, dtype=ids.dtype))
-    for k in range(1, min(M.LEAK_WINDOW, p, c) + 1):
-        match = (ids[:, :k] == pids[:, p - k :]).all(dim=1) & (n_prompt >= k)
-        if k == 1:
-            leak_one = match
-        else:
-            leak_len = torch.where(match, torch.full_like(leak_len, k), leak_len)
-            leak_markup = torch.where(match, markup[:, :k].all(dim=1), leak_markup)
-    m = min(M.REPEAT_WINDOW, c)
-    if m >= 2 and p >= m:
-        head_idx = ((p - n_prompt).unsqueeze(1) + torch.arange(m, device=device)).clamp(max=p - 1)
-        repeat = (ids[:, :m] == pids.gather(1, head_idx)).all(dim=1) & (n_prompt >= m)
-        leak_len = torch.where(repeat & (leak_len == 0), torch.full_like(leak_len, m), leak_len)
-    # A single repeated token (a newline) happens by chance; on every row of a batch it is an off-by-one slice.
-    uniform = leak_one.all() & (b >= M.UNIFORM_LEAK_MIN_ROWS)
-    leak_len = torch.where((leak_len == 0) & leak_one & uniform, torch.ones_like(leak_len), leak_len)
-    # Think tags and whitespace repeated after a prompt ending in them are often the model's own output (a stray
-    # "</think>\n\n" after the empty block); a slice bug shows an overlap on every row.
-    systematic = (leak_one | (leak_len > 0)).all() & (b >= M.UNIFORM_LEAK_MIN_ROWS)
-    leak_len = torch.where(leak_markup & ~systematic, torch.zeros_like(leak_len), leak_len)
+    leak_len = _leak_lengths(ids, pids, pm, markup_ids)
     bad[M.PROMPT_LEAK] = pos < leak_len.unsqueeze(1)
 
     # Prompt mask: a left-padded 0...01...1 block equal to prompt_ids != pad.
@@ -330,16 +305,21 @@ def grpo_mask_row_kinds(
         ),
         M.MISSING_LOSS: ~masked_truncated & (in_content > positive).any(dim=1),  # content without loss
         M.TOOL_MASK: torch.zeros(b, dtype=torch.bool, device=device),
-        M.PROMPT_LEAK: _leak_rows(ids, pids, pm, markup_ids),
+        M.PROMPT_LEAK: _leak_lengths(ids, pids, pm, markup_ids) > 0,
         M.PROMPT_MASK: _prompt_mask_rows(pids, pm, pad),
     }
     weights = 2 ** torch.arange(len(M.GRPO_KINDS), device=device, dtype=torch.long)
     return (torch.stack([kinds[k] for k in M.GRPO_KINDS], dim=1).long() * weights).sum(dim=1)
 
 
-def _leak_rows(ids: torch.Tensor, pids: torch.Tensor, pm: torch.Tensor, markup_ids: Sequence[int]) -> torch.Tensor:
-    """Rows whose completion starts with the prompt's tail or head (the rule of :func:`grpo_mask_flags`, on the
-    first ``LEAK_WINDOW`` columns only)."""
+def _leak_lengths(ids: torch.Tensor, pids: torch.Tensor, pm: torch.Tensor, markup_ids: Sequence[int]) -> torch.Tensor:
+    """Per row, how many of the completion's first tokens repeat the prompt (its tail, or its head): 0 when none.
+
+    Reads only the first ``LEAK_WINDOW`` columns. A single repeated token (a newline) happens by chance: it counts
+    only when every row of a batch of at least ``UNIFORM_LEAK_MIN_ROWS`` shows one (an off-by-one slice). Think tags
+    and whitespace repeated after a prompt ending in them are often the model's own output (a stray
+    ``</think>\\n\\n`` after the empty block): such an overlap counts only when every row overlaps.
+    """
     b, c = ids.shape
     p = pids.size(1)
     device = ids.device
@@ -350,7 +330,7 @@ def _leak_rows(ids: torch.Tensor, pids: torch.Tensor, pm: torch.Tensor, markup_i
     markup = torch.isin(head, torch.tensor(markup_set, dtype=head.dtype, device=device))  # a few columns only
     leak_len = torch.zeros(b, dtype=torch.long, device=device)
     leak_one = torch.zeros(b, dtype=torch.bool, device=device)
-    leak_markup = torch.zeros(b, dtype=torch.bool, device=device)
+    leak_markup = torch.zeros(b, dtype=torch.bool, device=device)  # the longest tail overlap is markup only
     for k in range(1, window + 1):
         match = (head[:, :k] == pids[:, p - k :]).all(dim=1) & (n_prompt >= k)
         if k == 1:
@@ -366,8 +346,7 @@ def _leak_rows(ids: torch.Tensor, pids: torch.Tensor, pm: torch.Tensor, markup_i
     uniform = leak_one.all() & (b >= M.UNIFORM_LEAK_MIN_ROWS)
     leak_len = torch.where((leak_len == 0) & leak_one & uniform, torch.ones_like(leak_len), leak_len)
     systematic = (leak_one | (leak_len > 0)).all() & (b >= M.UNIFORM_LEAK_MIN_ROWS)
-    leak_len = torch.where(leak_markup & ~systematic, torch.zeros_like(leak_len), leak_len)
-    return leak_len > 0
+    return torch.where(leak_markup & ~systematic, torch.zeros_like(leak_len), leak_len)
 
 
 def _prompt_mask_rows(pids: torch.Tensor, pm: torch.Tensor, pad: int) -> torch.Tensor:

@@ -12,10 +12,32 @@ import argparse
 import os
 import sys
 import time
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_MODE", "disabled")
+
+
+def build_trainer(output_dir: str, max_steps: int, callbacks: list[object] | None = None, save_steps: int = 2) -> Any:
+    """The guarded run's trainer: two routed tasks on the tiny fixture, a checkpoint every ``save_steps`` steps."""
+    from trl import GRPOTrainer
+
+    from rl_guards.rewards.routing import route
+    from rl_guards.testing import make_dataset, tiny_grpo_config, tiny_setup
+    from rl_guards.testing.rewards import arith_correct, echo_match
+
+    tiny = tiny_setup()
+    return GRPOTrainer(
+        model=tiny.model_dir,
+        processing_class=tiny.load_tokenizer(),
+        reward_funcs=route({"arith": [arith_correct], "echo": [echo_match]}),
+        args=tiny_grpo_config(
+            output_dir, max_steps=max_steps, save_strategy="steps", save_steps=save_steps, logging_steps=1
+        ),
+        train_dataset=make_dataset(),
+        callbacks=callbacks,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,29 +52,15 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     from transformers import TrainerCallback
-    from trl import GRPOTrainer
 
     import rl_guards
     from rl_guards.config import GuardsConfig
-    from rl_guards.rewards.routing import route
-    from rl_guards.testing import make_dataset, tiny_grpo_config, tiny_setup
-    from rl_guards.testing.rewards import arith_correct, echo_match
 
     class Slow(TrainerCallback):
         def on_step_end(self, *a: object, **k: object) -> None:
             time.sleep(args.step_sleep)
 
-    tiny = tiny_setup()
-    trainer = GRPOTrainer(
-        model=tiny.model_dir,
-        processing_class=tiny.load_tokenizer(),
-        reward_funcs=route({"arith": [arith_correct], "echo": [echo_match]}),
-        args=tiny_grpo_config(
-            args.output_dir, max_steps=args.max_steps, save_strategy="steps", save_steps=2, logging_steps=1
-        ),
-        train_dataset=make_dataset(),
-        callbacks=[Slow()] if args.step_sleep else None,
-    )
+    trainer = build_trainer(args.output_dir, args.max_steps, [Slow()] if args.step_sleep else None)
     config = {"rollouts": {"every_steps": 1, "wandb_rows_per_task": 0}, "metrics": "full"}  # per-task row counts
     rl_guards.install(trainer, GuardsConfig.from_dict(config))
     trainer.train(resume_from_checkpoint=args.resume)

@@ -46,13 +46,10 @@ def child(out: Path, max_steps: int, point: str | None, nth: int, resume: Path |
     """Train (resuming from ``resume``); SIGKILL at the ``nth`` occurrence of ``point`` (None: never)."""
     import pyarrow.parquet as pq
     import torch
+    from grpo_run import build_trainer
     from transformers import Trainer, TrainerCallback
-    from trl import GRPOTrainer
 
     import rl_guards
-    from rl_guards.rewards.routing import route
-    from rl_guards.testing import make_dataset, tiny_grpo_config, tiny_setup
-    from rl_guards.testing.rewards import arith_correct, echo_match
 
     torch.set_num_threads(1)
     seen = {"n": 0}
@@ -94,17 +91,7 @@ def child(out: Path, max_steps: int, point: str | None, nth: int, resume: Path |
             if point == "after_checkpoint" and hit():
                 die()
 
-    tiny = tiny_setup()
-    trainer = GRPOTrainer(
-        model=tiny.model_dir,
-        processing_class=tiny.load_tokenizer(),
-        reward_funcs=route({"arith": [arith_correct], "echo": [echo_match]}),
-        args=tiny_grpo_config(
-            str(out), max_steps=max_steps, save_strategy="steps", save_steps=SAVE_STEPS, logging_steps=1
-        ),
-        train_dataset=make_dataset(),
-        callbacks=[KillPoint()],  # constructor callbacks run before the guards' callback (installed later)
-    )
+    trainer = build_trainer(str(out), max_steps, [KillPoint()], save_steps=SAVE_STEPS)  # before the guards' callback
     config = {
         "rollouts": {"every_steps": EVERY_STEPS, "wandb_rows_per_task": 0},
         "truncation": {"max_rate": 0.5},
