@@ -98,12 +98,18 @@ class ThinkTagsConfig(GuardConfig):
     close_tag: str = "</think>"  # closing tag of the reasoning block
     thinking_column: str = "enable_thinking"  # per-row thinking flag column, if the dataset has it
     max_anomaly_rate: float = 0.5  # warn/raise when the share of anomalous completions exceeds this
+    # the thinking / non-thinking mix the run aims at (e.g. 0.5); None = not checked
+    target_thinking_share: float | None = None
+    thinking_share_tolerance: float = 0.15  # warn/raise when the live share (overall or a task's) leaves target +- this
 
     def validate(self, prefix: str) -> None:
         super().validate(prefix)
         if not self.open_tag or not self.close_tag or self.open_tag == self.close_tag:
             raise ConfigError(f"{prefix}.open_tag/close_tag must be two different non-empty strings")
         _check_fraction(prefix, "max_anomaly_rate", self.max_anomaly_rate)
+        if self.target_thinking_share is not None:
+            _check_fraction(prefix, "target_thinking_share", self.target_thinking_share)
+        _check_fraction(prefix, "thinking_share_tolerance", self.thinking_share_tolerance)
 
 
 @dataclass
@@ -174,11 +180,15 @@ class DeadGroupsConfig(GuardConfig):
 
     warn_after_steps: int = 10  # a task with no gradient for this many consecutive batches triggers
     target_dead_share: float = 0.25  # the group-size advisor aims below this share of dead groups
+    # a task whose dead-group share averages above this over the last warn_after_steps batches triggers, with the
+    # group-size advice (most of its groups teach nothing)
+    max_dead_share: float = 0.8
 
     def validate(self, prefix: str) -> None:
         super().validate(prefix)
         _check_positive(prefix, "warn_after_steps", self.warn_after_steps)
         _check_fraction(prefix, "target_dead_share", self.target_dead_share)
+        _check_fraction(prefix, "max_dead_share", self.max_dead_share)
 
 
 @dataclass
@@ -249,9 +259,41 @@ class RewardSanityConfig(GuardConfig):
     """Known-good vs known-bad completions scored by the reward functions at train start."""
 
     mode: Mode = "raise"
-    cases_file: str | None = None  # YAML/JSON cases (task, prompt, good, bad, columns); None = check skipped
+    cases_file: str | None = None  # YAML/JSON cases (task, prompt, good, bad, columns); None = built from the data
     # shaping terms (e.g. a length penalty): exempt from the per-function rule, still part of the weighted total
     shaping: list[str] = field(default_factory=list)
+    # without a cases file: the dataset column holding each row's reference answer (None = the first of answer,
+    # solution, ground_truth, reference, target, gold, label that the dataset has)
+    reference_column: str | None = None
+    auto_cases: int = 2  # rows per task turned into good/bad cases when there is no cases file (0 = no such check)
+
+    def validate(self, prefix: str) -> None:
+        super().validate(prefix)
+        _check_positive(prefix, "auto_cases", self.auto_cases, allow_zero=True)
+
+
+@dataclass
+class ProbesConfig(GuardConfig):
+    """Re-score a few real rows with each reward function on controlled variants: does it read only a prefix, read
+    the thinking, or pay a degenerate completion as much as the best real one?"""
+
+    every_steps: int = 50  # probe the first batch, then one batch in N steps (within the budget)
+    rows: int = 1  # real rows probed per rank and probe
+    budget: float = 0.02  # extra reward calls at most this share of the run's reward calls so far (first probe aside)
+    skip: list[str] = field(default_factory=list)  # reward functions never probed (expensive judges); models never are
+    process_rewards: list[str] = field(default_factory=list)  # functions meant to read the thinking (not flagged)
+    prefix_ok: list[str] = field(default_factory=list)  # functions meant to read only a prefix (not flagged)
+
+    def validate(self, prefix: str) -> None:
+        super().validate(prefix)
+        _check_positive(prefix, "every_steps", self.every_steps)
+        _check_positive(prefix, "rows", self.rows)
+        _check_fraction(prefix, "budget", self.budget)
+
+
+@dataclass
+class RewardErrorsConfig(GuardConfig):
+    """A reward function that raises: the rows it raised on are found and shown (raise), or scored None (warn)."""
 
 
 @dataclass
@@ -288,6 +330,8 @@ class GuardsConfig:
     rollouts: RolloutsConfig = field(default_factory=RolloutsConfig)
     preflight: PreflightConfig = field(default_factory=PreflightConfig)
     reward_sanity: RewardSanityConfig = field(default_factory=RewardSanityConfig)
+    probes: ProbesConfig = field(default_factory=ProbesConfig)
+    reward_errors: RewardErrorsConfig = field(default_factory=RewardErrorsConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     def __post_init__(self) -> None:

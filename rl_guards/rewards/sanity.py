@@ -19,17 +19,15 @@ the ``(total)`` row.
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rl_guards.core.batch import nan_to_none
 from rl_guards.errors import ConfigError, RewardSanityError
 from rl_guards.rewards.callables import reward_name
+from rl_guards.rewards.calls import call_reward
 
 __all__ = [
     "SanityCase",
@@ -144,21 +142,6 @@ def load_reward_cases(path: str | Path) -> list[SanityCase]:
     return [SanityCase.from_dict(c, f"{path.name}: case {i}") for i, c in enumerate(data)]
 
 
-def _call(fn: Any, kwargs: dict[str, Any]) -> list[Any]:
-    result = fn(**kwargs)
-    if inspect.isawaitable(result):
-        result = asyncio.run(_await(result))
-    return list(result)
-
-
-async def _await(awaitable: Any) -> Any:
-    return await awaitable
-
-
-def _noop(*args: Any, **kwargs: Any) -> None:
-    return None
-
-
 TOTAL = "(total)"
 
 
@@ -193,22 +176,10 @@ def check_reward_sanity(
             if not callable(fn) or isinstance(fn, str):
                 results.append(SanityResult(index, case.task, name, "error", detail="not a callable reward function"))
                 continue
-            kwargs = {
-                "prompts": [case.prompt] * n,
-                "completions": completions,
-                "completion_ids": None,
-                **columns,
-                "trainer_state": None,
-                "log_extra": _noop,
-                "log_metric": _noop,
-            }
             try:
-                scores = nan_to_none(_call(fn, kwargs))
+                scores = call_reward(fn, prompts=[case.prompt] * n, completions=completions, columns=columns)
             except Exception as exc:  # raised, or returned something that is not a number or None
                 results.append(SanityResult(index, case.task, name, "error", detail=f"{type(exc).__name__}: {exc}"))
-                continue
-            if len(scores) != n:
-                results.append(SanityResult(index, case.task, name, "error", detail=f"{len(scores)} values for {n}"))
                 continue
             if all(s is None for s in scores):
                 results.append(SanityResult(index, case.task, name, "not_served"))
