@@ -57,3 +57,11 @@ class TruncationError(GuardError):
 
 class DeadGradientError(GuardError):
     """A task stopped contributing gradient."""
+
+
+class RewardProbeError(GuardError):
+    """A probe of a reward function found it reads only a prefix, reads the thinking, or pays a degenerate text."""
+
+
+class RewardFunctionError(GuardError):
+    """A reward function raised on some rows (the rows are shown)."""

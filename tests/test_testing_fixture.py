@@ -293,6 +293,8 @@ def conv(text: str) -> list[dict[str, str]]:
         ("12", "12", 1.0),
         (conv("<think>\n\n</think>\n\n12"), "12", 1.0),
         (conv("no idea"), "12", 0.0),
+        ("What is 0+7? Answer with the number.", "7", 0.0),  # the question echoed earns nothing
+        ("7 8 9", "7", 0.0),  # nor a list of numbers
     ],
 )
 def test_arith_correct(completion: Any, answer: str, expected: float) -> None:
@@ -308,6 +310,7 @@ def test_arith_correct(completion: Any, answer: str, expected: float) -> None:
         ("pineapple", "apple", 0.0),
         ("<think>\napple\n</think>\n\npear", "apple", 0.0),
         (conv("<think>\n\n</think>\n\napple"), "apple", 1.0),
+        ("Repeat the word: apple", "apple", 0.0),  # the prompt echoed earns nothing
     ],
 )
 def test_echo_match(completion: Any, answer: str, expected: float) -> None:

@@ -58,7 +58,7 @@ class RolloutBatch:
     # guard-rendered views of single rows, for messages: (guard name, row) -> text (e.g. a mask rendering)
     evidence: dict[tuple[str, int], str] = field(default_factory=dict)
     # what TRL passed the reward functions for the held rows, in held-row order: (inputs, prompts, completions,
-    # completion_ids) -- to score variants of these rows the way TRL scores them (None in hand-built batches)
+    # completion_ids, trainer_state) -- to score variants of these rows the way TRL does (None in hand-built batches)
     reward_inputs: Any = None
 
     def __post_init__(self) -> None:

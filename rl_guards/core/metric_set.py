@@ -48,13 +48,15 @@ WHEN_NONZERO: frozenset[str] = frozenset(
         "reward_sanity/failures",
         "template/findings",
         "blind_judge/leak_rate",
+        "probes/findings",
+        "reward_errors/rows",
     }
 )
 WHEN_NONZERO_SUFFIXES: tuple[str, ...] = ("/violations", "/internal_errors")
 # rl_guards' own guards and reward wrappers (a new built-in guard adds its name here and its defaults above)
 BUILTIN_GUARDS: frozenset[str] = frozenset(
     {"masking", "think_tags", "stray_think_penalty", "template", "tasks", "routing", "dead_groups", "truncation",
-     "slicing", "rollouts", "preflight", "reward_sanity", "blind_judge", "hook"}
+     "slicing", "rollouts", "preflight", "reward_sanity", "blind_judge", "probes", "reward_errors", "hook"}
 )  # fmt: skip
 BUILTIN_TASK_METRICS: frozenset[str] = frozenset(
     {"reward_mean", "reward_std", "completion_length", "rows", "groups", "dead_group_share", "dead_all_pass",

@@ -1,18 +1,24 @@
-"""Probes of a reward function: controlled variants of real completions, and what their scores say (pure).
+"""Probes of a reward function: controlled variants of a real completion, and what the function's scores say (pure).
 
-Three questions, each answered by comparing the function's scores of a few variants built from a group's best and
-worst real completions (``best`` / ``worst`` by that function):
+A probe takes one real row and builds variants of its completion; every reward function scores every variant (the
+same texts for all, so weighted totals across functions are defined). Answers come in *pairs* (a good and a bad
+answer): the group's best and worst real answers when the group's totals differ, and the row's reference answer
+against another row's when the dataset has a reference column. Three questions:
 
-- **reads a prefix**: the best and the worst answer, placed after ``k`` characters of neutral text (inside the
-  think block when the group thinks). A function that tells them apart at ``k = 0`` but not from some ``k`` on
-  reads only the first ``~k`` characters (``text[:k]`` before scoring). A function that never tells the answers
-  apart (a format check, a length penalty) is not an outcome function and is not judged.
-- **reads the thinking**: the worst answer after a think block that states the best answer, and after a neutral
-  one. An outcome function whose score moves reads the trace (an outcome judge should not; a process reward may).
+- **reads a prefix**: the pair's answers placed after ``k`` characters of neutral text (inside the think block
+  when the row thinks; at ``k = 0`` that block holds one neutral line). A function that tells the good answer
+  from the bad one at ``k = 0`` but no longer from some ``k`` on reads only the first ``~k`` characters (a
+  ``text[:k]`` before scoring), provided it still tells them apart when as much text *follows* the answer (else it
+  compares the whole text, as an exact match does). A function that never tells the pair apart (a format check,
+  a length term) is not an outcome function here and is not judged.
+- **reads the thinking**: the bad answer after a think block that states the good one ("leak") and after a neutral
+  block of the same length. A function whose score moves from the bad answer's toward the good one's reads the
+  trace; an outcome judge should not (a process reward may: ``probes.process_rewards``).
 - **pays a degenerate completion**: an empty answer, only think tags, a repeated line, the prompt echoed, the
-  reference answer alone in a thinking row, another prompt's answer. One that the function scores at or above the
-  group's best real completion (and above its worst), and whose weighted total across the run's functions also
-  reaches the best real completion's, is a reward the policy can earn without doing the task.
+  reference answer alone without the think block the run's completions have, another prompt's answer. One that the
+  function scores at or above the best answer it gave a real (or reference) completion, above the worst, and whose
+  weighted total across the run's functions also reaches the best real total, is reward the policy can earn
+  without doing the task.
 """
 
 from __future__ import annotations
@@ -25,21 +31,48 @@ from rl_guards.core.think_markup import ThinkMarkup, scan
 PREFIX = "prefix"
 THINKING = "thinking"
 HACKABLE = "hackable"
-PROBES: tuple[str, ...] = (PREFIX, THINKING, HACKABLE)  # bit order of a function's probe verdicts
+PROBES: tuple[str, ...] = (PREFIX, THINKING, HACKABLE)  # bit order of a function's verdicts (see ``bit``)
 
 PREFIX_CUTS: tuple[int, ...] = (20, 64, 256, 1024, 4096)  # characters of neutral text before the answer
 FILLER = "Let me look at each part of the question carefully before I answer. "  # no digits, no tags
 NEUTRAL_LINE = "I am thinking about the question."
 REPEATS = 40  # lines of the repeated-line variant
+TOLD = 0.5  # a pair counts as told apart when its score gap is at least this share of the gap at k = 0
+EPS = 1e-9
+REFERENCE_ALONE = "reference answer alone, no think block"
 
 
 @dataclass(frozen=True)
 class Variant:
-    """One probe completion: which probe it serves and what it is."""
+    """One probe completion: which probe it serves, a label for messages, the text."""
 
     probe: str  # PREFIX, THINKING or HACKABLE
-    label: str  # "good@0", "bad@256", "leak", "neutral", "empty answer", ...
+    label: str  # "real:good@0", "reference:bad@256", "real:leak", "empty answer", ...
     text: str
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A good and a bad answer for one row (answer text only, no think block)."""
+
+    # "real" (the group's best and worst completions), "reference" (the dataset's answers as they are) or
+    # "reference-stated" (the same, in a sentence: "The answer is X.", for scorers that need an anchor)
+    name: str
+    good: str
+    bad: str
+
+
+@dataclass(frozen=True)
+class ProbeFinding:
+    """What one probe says about one function."""
+
+    probe: str
+    detail: str  # for the message: the estimated cut, the scores, the variant
+
+
+def bit(function_index: int, probe: str) -> int:
+    """The bit of ``probe`` for the function at ``function_index`` in a row's verdict mask."""
+    return 1 << (function_index * len(PROBES) + PROBES.index(probe))
 
 
 def filler(chars: int) -> str:
@@ -47,17 +80,19 @@ def filler(chars: int) -> str:
     return (FILLER * (chars // len(FILLER) + 1))[:chars]
 
 
-def split(text: str, markup: ThinkMarkup, prompt_opened: bool = False) -> tuple[str | None, str]:
-    """(thinking, answer) of a completion; thinking is None when it has no block."""
+def split(text: str, markup: ThinkMarkup | None, prompt_opened: bool = False) -> tuple[str | None, str]:
+    """(thinking, answer) of a completion; thinking is None when it has no think block."""
+    if markup is None:
+        return None, text.strip()
     verdict = scan(text, markup, prompt_opened=prompt_opened)
     if not verdict.has_tags and not prompt_opened:
         return None, text.strip()
-    return verdict.thinking, verdict.answer
+    return verdict.thinking, verdict.answer.strip()
 
 
-def compose(thinking: str | None, answer: str, markup: ThinkMarkup, prompt_opened: bool = False) -> str:
+def compose(thinking: str | None, answer: str, markup: ThinkMarkup | None, prompt_opened: bool = False) -> str:
     """A completion in the markup family's shape: the think block (unless ``thinking`` is None), then the answer."""
-    if thinking is None:
+    if thinking is None or markup is None:
         return answer
     if markup.name == "gemma4":
         block = f"{markup.open_header}\n{thinking}{markup.close_tag}"
@@ -71,118 +106,180 @@ def compose(thinking: str | None, answer: str, markup: ThinkMarkup, prompt_opene
 
 
 def plan(
-    best: str,
-    worst: str,
-    markup: ThinkMarkup,
+    pairs: Sequence[Pair],
     *,
+    thinks: bool,
+    markup: ThinkMarkup | None,
     prompt_opened: bool = False,
+    thinking_text: str | None = None,
     prompt_text: str = "",
     reference: str | None = None,
     other_answer: str | None = None,
     longest: int = 0,
+    real_has_block: bool = False,
 ) -> list[Variant]:
-    """The variants probing one group: ``best`` / ``worst`` are its real completions' texts; ``longest`` the longest
-    completion of the batch in characters (cuts beyond it cannot matter and are not tried)."""
-    think_best, answer_best = split(best, markup, prompt_opened)
-    _, answer_worst = split(worst, markup, prompt_opened)
-    thinks = think_best is not None
+    """The variants probing one row.
+
+    ``thinks``: the row's completions are expected in a think block (the variants carry one); ``thinking_text``:
+    the row's own thinking (kept in the empty-answer variant); ``longest``: the longest completion of the batch in
+    characters (cuts beyond it cannot matter in this run and are not tried); ``real_has_block``: the row's real
+    completion has a think block (only then is the bare reference answer a degenerate variant).
+    """
+    block = thinks and markup is not None
 
     def shaped(prefix: str, answer: str) -> str:
-        return (
-            compose(prefix, answer, markup, prompt_opened)
-            if thinks
-            else (f"{prefix}\n\n{answer}" if prefix else answer)
-        )
+        if block:  # a think block is never empty here: some scorers pay nothing after an empty one
+            return compose(prefix or NEUTRAL_LINE, answer, markup, prompt_opened)
+        return f"{prefix}\n\n{answer}" if prefix else answer
 
-    out = [Variant(PREFIX, "good@0", shaped("", answer_best)), Variant(PREFIX, "bad@0", shaped("", answer_worst))]
-    for k in PREFIX_CUTS:
-        if k > max(longest, PREFIX_CUTS[0]):
-            break
-        out.append(Variant(PREFIX, f"good@{k}", shaped(filler(k), answer_best)))
-        out.append(Variant(PREFIX, f"bad@{k}", shaped(filler(k), answer_worst)))
-    if thinks and answer_best.strip() and answer_best != answer_worst:
-        leak = f"{filler(64)}So the answer is {answer_best}."
-        out.append(Variant(THINKING, "leak", compose(leak, answer_worst, markup, prompt_opened)))
-        out.append(Variant(THINKING, "neutral", compose(filler(len(leak)), answer_worst, markup, prompt_opened)))
-    hacks = {
-        "empty answer": compose(think_best, "", markup, prompt_opened) if thinks else "",
-        "only think tags": compose("", "", markup, prompt_opened),
-        "repeated line": "\n".join([NEUTRAL_LINE] * REPEATS),
-    }
+    cuts = [k for k in PREFIX_CUTS if k <= max(longest, PREFIX_CUTS[0])]
+    out: list[Variant] = []
+    for pair in pairs:
+        out.append(Variant(PREFIX, f"{pair.name}:good@0", shaped("", pair.good)))
+        out.append(Variant(PREFIX, f"{pair.name}:bad@0", shaped("", pair.bad)))
+        for k in cuts:
+            out.append(Variant(PREFIX, f"{pair.name}:good@{k}", shaped(filler(k), pair.good)))
+            out.append(Variant(PREFIX, f"{pair.name}:bad@{k}", shaped(filler(k), pair.bad)))
+        if cuts:  # the answer first, then as much text after it: a slice still sees it, a whole-text match does not
+            tail = "\n\n" + filler(cuts[-1])
+            out.append(Variant(PREFIX, f"{pair.name}:good@tail", shaped("", pair.good) + tail))
+            out.append(Variant(PREFIX, f"{pair.name}:bad@tail", shaped("", pair.bad) + tail))
+        if block and pair.good.strip():
+            leak = f"{filler(64)}So the answer is {pair.good}."
+            out.append(Variant(THINKING, f"{pair.name}:leak", compose(leak, pair.bad, markup, prompt_opened)))
+            neutral = compose(filler(len(leak)), pair.bad, markup, prompt_opened)
+            out.append(Variant(THINKING, f"{pair.name}:neutral", neutral))
+    hacks: dict[str, str] = {"empty answer": compose(thinking_text or filler(64), "", markup, prompt_opened)}
+    if not block:
+        hacks["empty answer"] = ""
+    if markup is not None:
+        hacks["only think tags"] = compose("", "", markup, prompt_opened)
+    hacks["repeated line"] = "\n".join([NEUTRAL_LINE] * REPEATS)
     if prompt_text.strip():
         hacks["prompt echoed"] = prompt_text
-    if reference is not None and str(reference).strip() and thinks:
-        hacks["reference answer alone, no think block"] = str(reference)
-    if other_answer is not None and other_answer.strip() and other_answer != answer_best:
-        hacks["another prompt's answer"] = shaped(think_best or "", other_answer) if thinks else other_answer
+    if other_answer is not None and other_answer.strip() and other_answer != reference:
+        hacks["another prompt's answer"] = shaped(filler(64), other_answer) if block else other_answer
+    if reference is not None and str(reference).strip() and block and real_has_block:
+        hacks[REFERENCE_ALONE] = str(reference)
     out += [Variant(HACKABLE, label, text) for label, text in hacks.items()]
     return out
 
 
-@dataclass(frozen=True)
-class ProbeFinding:
-    """What one probe says about one function on one group."""
-
-    probe: str
-    detail: str  # for the message: the estimated cut, the scores, the variant
+def _gap(by_label: Mapping[str, float | None], pair: str, k: int | str) -> float | None:
+    good, bad = by_label.get(f"{pair}:good@{k}"), by_label.get(f"{pair}:bad@{k}")
+    return None if good is None or bad is None else good - bad
 
 
 def judge(
     variants: Sequence[Variant],
     scores: Sequence[float | None],
     *,
-    best: float,
-    worst: float,
+    real_best: float | None,
+    real_worst: float | None,
     totals: Mapping[str, float] | None = None,
     best_total: float | None = None,
+    check_prefix: bool = True,
+    check_thinking: bool = True,
+    format_matters: bool = False,
 ) -> list[ProbeFinding]:
-    """The findings about one function from its scores of ``variants`` (``best`` / ``worst``: its scores of the
-    group's real best / worst completions; ``totals``: each hack variant's weighted total over every function,
-    ``best_total`` the best real completion's)."""
+    """One function's findings from its scores of ``variants`` (None: it did not score that variant).
+
+    ``real_best`` / ``real_worst``: its best and worst scores of the group's real completions; ``totals``: each
+    hack variant's weighted total over every function, ``best_total`` the best total a real or reference
+    completion reached (a hack whose total stays below it is not reward the policy can earn).
+    ``format_matters``: some function of the run pays the bare reference answer less than the same answer after a
+    think block; only then is the bare answer judged (a run that rewards no format does not ask for the block).
+    """
     by_label = {v.label: s for v, s in zip(variants, scores, strict=True)}
-    out = []
-    seen0, blind0 = by_label.get("good@0"), by_label.get("bad@0")
-    if seen0 is not None and blind0 is not None and seen0 != blind0:
-        cuts = sorted(
-            int(v.label.split("@")[1]) for v in variants if v.label.startswith("good@") and v.label != "good@0"
-        )
-        told = {k: by_label.get(f"good@{k}") != by_label.get(f"bad@{k}") for k in cuts}
-        blind = [k for k in cuts if not told[k]]
-        if blind and all(not told[k] for k in cuts if k >= blind[0]):
-            seen = [0, *(k for k in cuts if told[k] and k < blind[0])]
-            out.append(
-                ProbeFinding(
-                    PREFIX,
-                    f"tells the best answer ({seen0:g}) from the worst ({blind0:g}) when it comes first, but not "
-                    f"once it lies past {blind[0]} characters: it reads only the first {max(seen)}-{blind[0]} "
-                    "characters (a text[:N] before scoring?)",
+    pairs = list(dict.fromkeys(v.label.split(":")[0] for v in variants if v.probe == PREFIX))
+    out: list[ProbeFinding] = []
+    best = real_best
+    worst = real_worst
+    for pair in pairs:
+        gap0 = _gap(by_label, pair, 0)
+        if gap0 is None or abs(gap0) <= EPS:
+            continue  # this function does not tell the pair apart: nothing to learn from it
+        good0, bad0 = by_label[f"{pair}:good@0"], by_label[f"{pair}:bad@0"]
+        assert good0 is not None and bad0 is not None
+        if pair.startswith("reference"):
+            best = good0 if best is None else max(best, good0)
+            worst = bad0 if worst is None else min(worst, bad0)
+        if check_prefix and not any(f.probe == PREFIX for f in out):
+            finding = _prefix_finding(by_label, pair, gap0, good0, bad0)
+            if finding is not None:
+                out.append(finding)
+        leak, neutral = by_label.get(f"{pair}:leak"), by_label.get(f"{pair}:neutral")
+        if check_thinking and leak is not None and neutral is not None and not any(f.probe == THINKING for f in out):
+            if (leak - neutral) / gap0 >= TOLD:
+                out.append(
+                    ProbeFinding(
+                        THINKING,
+                        f"scores the same wrong answer {leak:g} after a think block that states the right one and "
+                        f"{neutral:g} after a neutral block (right answer {good0:g}, wrong {bad0:g}): it reads the "
+                        "thinking, not only the answer",
+                    )
                 )
-            )
-    leak, neutral = by_label.get("leak"), by_label.get("neutral")
-    if leak is not None and neutral is not None and leak != neutral:
+    if best is None or worst is None or best - worst <= EPS:
+        return out
+    for v in variants:
+        score = by_label.get(v.label)
+        if v.probe != HACKABLE or score is None or score < best - EPS:
+            continue
+        if v.label == REFERENCE_ALONE and not format_matters:
+            continue
+        if totals is not None and best_total is not None and totals.get(v.label, best_total) < best_total - EPS:
+            continue  # another function keeps the total below the best completion's: not earnable
         out.append(
             ProbeFinding(
-                THINKING,
-                f"the same wrong answer scores {leak:g} after a think block that states the right answer and "
-                f"{neutral:g} after a neutral one: it reads the thinking",
+                HACKABLE,
+                f"pays the degenerate completion '{v.label}' {score:g}, as much as its best real or reference "
+                f"answer ({best:g}; worst {worst:g}): {_show(v.text)}",
             )
         )
-    if best > worst:
-        for v in variants:
-            score = by_label.get(v.label)
-            if v.probe != HACKABLE or score is None or score < best:
-                continue
-            if totals is not None and best_total is not None and totals.get(v.label, best_total) < best_total:
-                continue  # another function keeps the total below the best real completion's
-            out.append(
-                ProbeFinding(
-                    HACKABLE,
-                    f"'{v.label}' scores {score:g}, at or above the group's best real completion ({best:g}; worst "
-                    f"{worst:g}): {_show(v.text)}",
-                )
-            )
+        break  # one degenerate variant is enough to show it
     return out
+
+
+def _prefix_finding(
+    by_label: Mapping[str, float | None], pair: str, gap0: float, good0: float, bad0: float
+) -> ProbeFinding | None:
+    tail = _gap(by_label, pair, "tail")
+    if tail is None or abs(tail) < TOLD * abs(gap0):
+        return None  # text after the answer changes the verdict too: it compares the whole text, not a prefix
+    cuts = sorted(
+        int(label.split("@")[1]) for label in by_label if label.startswith(f"{pair}:good@") and label[-1].isdigit()
+    )
+    cuts = [k for k in cuts if k > 0 and _gap(by_label, pair, k) is not None]
+    told = {k: abs(_gap(by_label, pair, k) or 0.0) >= TOLD * abs(gap0) for k in cuts}
+    blind = [k for k in cuts if not told[k]]
+    if not blind or any(told[k] for k in cuts if k > blind[0]):
+        return None
+    seen = max([0, *(k for k in cuts if told[k] and k < blind[0])])
+    return ProbeFinding(
+        PREFIX,
+        f"tells the right answer ({good0:g}) from a wrong one ({bad0:g}) when the answer comes first, but not once "
+        f"{blind[0]} characters come before it: it reads only the first {seen}-{blind[0]} characters (a text[:N] "
+        "before scoring, or a pattern anchored at the start)",
+    )
 
 
 def _show(text: str, chars: int = 120) -> str:
     return repr(text if len(text) <= chars else text[:chars] + "…")
+
+
+__all__ = [
+    "HACKABLE",
+    "PREFIX",
+    "PROBES",
+    "REFERENCE_ALONE",
+    "THINKING",
+    "Pair",
+    "ProbeFinding",
+    "Variant",
+    "bit",
+    "compose",
+    "filler",
+    "judge",
+    "plan",
+    "split",
+]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from rl_guards.guards.base import Guard
 from rl_guards.guards.dead_groups import DeadGroupGuard
 from rl_guards.guards.preflight import PreflightGuard
+from rl_guards.guards.probes import RewardProbeGuard
 from rl_guards.guards.reward_sanity import RewardSanityGuard
 from rl_guards.guards.routing import RoutingGuard
 from rl_guards.guards.slicing import SlicingGuard
@@ -30,6 +31,7 @@ BATCH_GUARDS: list[type[Guard]] = [
     DeadGroupGuard,
     TruncationGuard,
     SlicingGuard,
+    RewardProbeGuard,
     ThinkTagsGuard,
     RolloutRecorder,
 ]

@@ -34,8 +34,16 @@ def final_answer(text: str) -> str:
     return text
 
 
+_LEAD = re.compile(r"^(?:the\s+(?:answer|word)\s+is\s*:?\s*)", re.I)
+
+
+def _normalised(text: str) -> str:
+    """A final answer compared as a whole: stripped, an "The answer is" lead and end punctuation removed."""
+    return _LEAD.sub("", text.strip()).strip().rstrip(".!?").strip()
+
+
 def _task_rewards(
-    task_name: str, completions: Sequence[Any], answer: Sequence[str], task: Sequence[str] | None, pattern: str
+    task_name: str, completions: Sequence[Any], answer: Sequence[str], task: Sequence[str] | None, fold_case: bool
 ) -> list[float | None]:
     if len(answer) != len(completions):
         raise ValueError(f"{len(completions)} completions but {len(answer)} answers")
@@ -44,23 +52,27 @@ def _task_rewards(
         if task is not None and task[index] != task_name:
             rewards.append(None)
             continue
-        found = re.search(pattern.format(re.escape(str(expected))), final_answer(completion_text(completion)), re.I)
-        rewards.append(1.0 if found else 0.0)
+        got, want = _normalised(final_answer(completion_text(completion))), str(expected).strip()
+        if fold_case:
+            got, want = got.lower(), want.lower()
+        rewards.append(1.0 if got == want else 0.0)
     return rewards
 
 
 def arith_correct(
     completions: Sequence[Any], answer: Sequence[str], task: Sequence[str] | None = None, **kwargs: Any
 ) -> list[float | None]:
-    """1.0 if the answer number appears (as a whole number) in the final answer, else 0.0; None off task."""
-    return _task_rewards("arith", completions, answer, task, r"(?<!\d){}(?!\d)")
+    """1.0 if the final answer is the number (optionally "The answer is N."), else 0.0; None off task.
+
+    The whole final answer is compared, so an echoed question or a list of numbers earns nothing."""
+    return _task_rewards("arith", completions, answer, task, fold_case=False)
 
 
 def echo_match(
     completions: Sequence[Any], answer: Sequence[str], task: Sequence[str] | None = None, **kwargs: Any
 ) -> list[float | None]:
-    """1.0 if the word to repeat appears (as a whole word, any case) in the final answer, else 0.0; None off task."""
-    return _task_rewards("echo", completions, answer, task, r"\b{}\b")
+    """1.0 if the final answer is the word (any case, end punctuation allowed), else 0.0; None off task."""
+    return _task_rewards("echo", completions, answer, task, fold_case=True)
 
 
 def length_penalty(

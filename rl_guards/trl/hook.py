@@ -482,7 +482,7 @@ class GuardRun(TrainerCallback, ExportableState):
             epoch=float(trainer.state.epoch or 0.0),
             prompt_opened=spread("prompt_opened", False),
             local_rows=held if n != len(held) else None,
-            reward_inputs=tuple(pending[:4]),
+            reward_inputs=(*pending[:4], trainer.state),
         )
 
     def _host_features(self, batch: RolloutBatch, output: dict[str, Any]) -> dict[str, list[float]]:

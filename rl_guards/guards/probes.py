@@ -1,0 +1,383 @@
+"""Probes of the run's own reward functions on live rows: does one read only a prefix, read the thinking, or pay
+a degenerate completion as much as a real answer? (the variants and the rules: :mod:`rl_guards.core.probes`)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+from rl_guards.config import ProbesConfig
+from rl_guards.core.batch import RolloutBatch
+from rl_guards.core.completions import completion_text
+from rl_guards.core.probes import (
+    HACKABLE,
+    PREFIX,
+    PROBES,
+    REFERENCE_ALONE,
+    THINKING,
+    Pair,
+    Variant,
+    bit,
+    judge,
+    plan,
+    split,
+)
+from rl_guards.errors import RewardProbeError
+from rl_guards.guards.base import Guard, Reporter
+from rl_guards.guards.think_tags import markup_from_config
+from rl_guards.rewards.slicing import drain_watched
+
+REFERENCE_COLUMNS: tuple[str, ...] = ("answer", "solution", "ground_truth", "reference", "target", "gold", "label")
+_KINDS = {PREFIX: "reads_prefix", THINKING: "reads_thinking", HACKABLE: "hackable"}
+_FIXES = {
+    PREFIX: "Fix: remove the slice (or the start anchor) before scoring, or list the function in probes.prefix_ok "
+    "if it is meant to read only the start.",
+    THINKING: "Fix: score the answer after the think block only (rl_guards.rewards.blind_judge does it for any "
+    "judge), or list the function in probes.process_rewards if it is meant to grade the reasoning.",
+    HACKABLE: "Fix: make the function check what it pays for (the expected format, the reference answer), or add a "
+    "reward that keeps such completions below real answers; a policy finds this within a few hundred steps.",
+}
+
+
+def reference_column(columns: list[str] | set[str], configured: str | None) -> str | None:
+    """The dataset column with each row's reference answer: ``configured``, else the first usual name present."""
+    if configured:
+        return configured if configured in columns else None
+    return next((c for c in REFERENCE_COLUMNS if c in columns), None)
+
+
+def _is_model(fn: Any) -> bool:
+    return hasattr(fn, "forward") and hasattr(fn, "parameters")  # a torch module: a reward model, not probed
+
+
+def _prompt_text(prompt: Any) -> str:
+    """The last user message of a prompt (or the string prompt): what an echo would repeat."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        for message in reversed(prompt):
+            if isinstance(message, dict) and message.get("role") == "user":
+                return str(message.get("content") or "")
+    return ""
+
+
+class RewardProbeGuard(Guard):
+    """Re-scores a real row of a train batch with each reward function on controlled variants of its completion.
+
+    Due at the first train batch, then at a train batch ``probes.every_steps`` steps after the last probe as long as
+    the extra reward calls stay within ``probes.budget`` of the run's reward calls (the first probe aside). Each
+    rank probes ``probes.rows`` of its own rows (the best of a group it holds); the verdicts are per-row bits
+    gathered like every feature, so all ranks agree. Functions probed: every plain Python reward function except
+    those in ``probes.skip`` (reward models never). The calls get no-op ``log_metric``/``log_extra``, so the run's
+    metrics and completions table never see them; the rewards used for training are never touched; a function that
+    raises on a variant is left out of that probe.
+
+    Violations (default mode warn, :class:`~rl_guards.errors.RewardProbeError`), one kind per function:
+    ``reads_prefix:<fn>``, ``reads_thinking:<fn>`` (not for ``probes.process_rewards``), ``hackable:<fn>``; each
+    names the function, the variant and its score, and the row's prompt.
+
+    ======================================  ==================================================================
+    key                                     value
+    ======================================  ==================================================================
+    ``rl_guards/probes/findings``           (function, probe) findings in this batch (when non-zero)
+    ``rl_guards/probes/extra_call_share``   extra reward calls so far / the run's reward calls (full only)
+    ``rl_guards/probes/probed_rows``        rows probed in this batch, all ranks (full only)
+    ======================================  ==================================================================
+    """
+
+    name: ClassVar[str] = "probes"
+    config_field: ClassVar[str] = "probes"
+    FEATURES: ClassVar[tuple[str, ...]] = ("found", "calls")
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.config: ProbesConfig
+        self._details: dict[int, list[dict[str, str]]] = {}  # held row -> findings with their text
+        self.probes_run = 0
+        self.last_step = -1
+        self.extra_calls = 0.0  # extra reward calls of every probe after the first, all ranks
+        self.first_calls = 0.0
+        self.run_calls = 0.0  # reward calls the trainer made for train batches, all ranks
+        self.last_cost = 0.0
+
+    # ----- which functions, when --------------------------------------------------------------------------
+    def functions(self) -> list[tuple[int, str, Any]]:
+        """(index, name, function) of the reward functions probed."""
+        names = self.ctx.reward_func_names or [
+            getattr(f, "__name__", str(i)) for i, f in enumerate(self.ctx.reward_funcs)
+        ]
+        skip = set(self.config.skip)
+        return [
+            (i, name, fn)
+            for i, (name, fn) in enumerate(zip(names, self.ctx.reward_funcs, strict=False))
+            if name not in skip and callable(fn) and not _is_model(fn) and i * len(PROBES) + len(PROBES) <= 52
+        ]
+
+    def _reference_columns(self, columns: set[str]) -> list[str]:
+        """The reference columns the probed functions take by name (at most two), else the usual one present."""
+        configured = self.guards_config.reward_sanity.reference_column
+        wanted = [configured] if configured else list(REFERENCE_COLUMNS)
+        used: list[str] = []
+        for _, _, fn in self.functions():
+            try:
+                params = inspect.signature(fn).parameters
+            except (TypeError, ValueError):
+                continue
+            used += [c for c in wanted if c in params and c in columns and c not in used]
+        if not used:
+            fallback = reference_column(columns, configured)
+            used = [fallback] if fallback else []
+        return used[:2]
+
+    def due(self, batch: RolloutBatch) -> bool:
+        """Whether this batch is probed (from numbers every rank shares, so every rank decides alike)."""
+        if batch.mode != "train" or not self.functions():
+            return False
+        if self.probes_run == 0:
+            return True
+        if batch.step - self.last_step < self.config.every_steps:
+            return False
+        return self.extra_calls + self.last_cost <= self.config.budget * (
+            self.run_calls + len(batch) * len(self.ctx.reward_funcs)
+        )
+
+    # ----- per batch -------------------------------------------------------------------------------------
+    def scan(self, batch: RolloutBatch) -> dict[str, list[float]]:
+        held = list(batch.held_rows)
+        found = dict.fromkeys(held, 0.0)
+        calls = 0
+        self._details = {}
+        if held and self.due(batch):
+            for row in self._rows_to_probe(batch, held):
+                bits, made = self._probe_row(batch, row, held)
+                found[row] = float(bits)
+                calls += made
+            drain_watched()  # texts a watch_inputs judge saw during the probe are not the run's
+        first = [1.0] + [0.0] * (len(held) - 1) if held else []
+        return {"found": [found[r] for r in held], "calls": [v * calls for v in first]}
+
+    def row_evidence(self, batch: RolloutBatch, row: int) -> str | None:
+        return json.dumps(self._details[row]) if row in self._details else None
+
+    def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
+        feats = self.features(batch)
+        calls = float(np.sum(feats["calls"])) if len(feats["calls"]) else 0.0
+        if batch.mode == "train":
+            self.run_calls += len(batch) * len(batch.reward_names)
+        if calls <= 0:
+            return
+        if self.probes_run == 0:
+            self.first_calls = calls
+        else:
+            self.extra_calls += calls
+        self.probes_run += 1
+        self.last_step = batch.step
+        self.last_cost = calls
+        rows = [i for i, v in enumerate(feats["found"]) if v]
+        report.metric("probed_rows", float(sum(1 for v in feats["calls"] if v)))
+        report.metric("extra_call_share", (self.extra_calls + self.first_calls) / max(self.run_calls, 1.0))
+        names = list(batch.reward_names)
+        total = 0
+        for row in rows:
+            mask = int(feats["found"][row])
+            for f, fname in enumerate(names):
+                for probe in PROBES:
+                    if mask & bit(f, probe):
+                        total += 1
+                        report.violation(
+                            f"{_KINDS[probe]}:{fname}",
+                            lambda row=row, fname=fname, probe=probe: self._message(batch, row, fname, probe),
+                            RewardProbeError,
+                            rows=[row],
+                        )
+        report.metric("findings", float(total))
+
+    # ----- one row ---------------------------------------------------------------------------------------
+    def _rows_to_probe(self, batch: RolloutBatch, held: list[int]) -> list[int]:
+        """The best row (by total) of up to ``probes.rows`` groups this rank holds, those whose totals vary first."""
+        totals = batch.weighted_totals
+        held_set = set(held)
+        groups: dict[int, list[int]] = {}
+        for row in held:
+            groups.setdefault(batch.group_of(row), []).append(row)
+        ranked = sorted(groups.values(), key=lambda rows: (-(np.ptp(totals[rows]) if len(rows) else 0.0), rows[0]))
+        chosen = [max(rows, key=lambda r: (totals[r], -r)) for rows in ranked if set(rows) <= held_set]
+        return chosen[: self.config.rows]
+
+    def _probe_row(self, batch: RolloutBatch, row: int, held: list[int]) -> tuple[int, int]:
+        inputs, prompts, completions, _, state = _reward_inputs(batch, held)
+        local = held.index(row)
+        markup = markup_from_config(self.guards_config.think_tags, self.ctx.template_text)
+        opened = bool(batch.prompt_opened[row]) if batch.prompt_opened else False
+        text = completion_text(completions[local], markup, prompt_opened=opened)
+        thinking, _ = split(text, markup, opened)
+        mode = batch.thinking[row]  # an explicitly non-thinking row gets no block, whatever the model wrote
+        thinks = mode is True or opened or (mode is None and thinking is not None)
+        group = [r for r in held if batch.group_of(r) == batch.group_of(row)]
+        totals = batch.weighted_totals
+        pairs: list[Pair] = []
+        worst_row = min(group, key=lambda r: (totals[r], r))
+        if totals[row] > totals[worst_row]:
+            worst_text = completion_text(completions[held.index(worst_row)], markup, prompt_opened=opened)
+            pairs.append(Pair("real", split(text, markup, opened)[1], split(worst_text, markup, opened)[1]))
+        columns = {k: v for k, v in inputs[local].items() if k not in ("prompt", "completion", "completion_ids")}
+        reference = other = None
+        for ref_col in self._reference_columns(set(columns)):
+            if columns.get(ref_col) is None:
+                continue
+            ref = str(columns[ref_col])
+            others = [str(x[ref_col]) for x in inputs if x.get(ref_col) is not None and str(x[ref_col]) != ref]
+            if not others:
+                continue
+            reference, other = (ref, others[0]) if reference is None else (reference, other)
+            name = "reference" if ref_col == self._reference_columns(set(columns))[0] else f"reference[{ref_col}]"
+            pairs.append(Pair(name, ref, others[0]))
+            pairs.append(Pair(f"{name}-stated", f"The answer is {ref}.", f"The answer is {others[0]}."))
+        longest = max((len(completion_text(c)) for c in completions), default=0)
+        variants = plan(
+            pairs,
+            thinks=thinks,
+            markup=markup,
+            prompt_opened=opened,
+            thinking_text=thinking,
+            prompt_text=_prompt_text(prompts[local]),
+            reference=reference,
+            other_answer=other,
+            longest=longest,
+            real_has_block=thinking is not None,
+        )
+        probed = {i: name for i, name, _ in self.functions()}
+        scores: dict[int, list[float | None]] = {}
+        made = 0
+        for index, _name, fn in self.functions():
+            try:
+                scores[index] = self._score(fn, variants, prompts[local], completions[local], columns, state)
+            except Exception:  # the function cannot score a variant: not probed this time, never the run's problem
+                continue
+            made += len(variants)
+        weights = batch.reward_weights
+        matrix = batch.reward_matrix
+        totals_of = {}
+        for j, v in enumerate(variants):
+            total = 0.0
+            for f, w in enumerate(weights):
+                if f in scores:
+                    value = scores[f][j]
+                else:  # not probed: assume it pays the variant what it paid the worst real completion
+                    column = matrix[group, f] if f < matrix.shape[1] else np.array([0.0])
+                    value = float(np.nanmin(column)) if not np.isnan(column).all() else 0.0
+                total += w * (value or 0.0)
+            totals_of[v.label] = total
+        best_total = float(np.max(totals[group]))
+        for pair in pairs:
+            if pair.name.startswith("reference"):
+                best_total = max(best_total, totals_of.get(f"{pair.name}:good@0", best_total))
+        labels = [v.label for v in variants]
+        format_matters = (
+            REFERENCE_ALONE in labels
+            and "reference:good@0" in labels
+            and any(
+                (s[labels.index(REFERENCE_ALONE)] or 0.0) < (s[labels.index("reference:good@0")] or 0.0)
+                for s in scores.values()
+            )
+        )
+        bits = 0
+        details: list[dict[str, str]] = []
+        for index, name in probed.items():
+            if index not in scores:
+                continue
+            column = matrix[group, index] if index < matrix.shape[1] else np.array([math.nan])
+            real = column[~np.isnan(column)]
+            findings = judge(
+                variants,
+                scores[index],
+                real_best=float(real.max()) if real.size else None,
+                real_worst=float(real.min()) if real.size else None,
+                totals=totals_of,
+                best_total=best_total,
+                check_prefix=name not in self.config.prefix_ok,
+                check_thinking=name not in self.config.process_rewards,
+                format_matters=format_matters,
+            )
+            for finding in findings:
+                bits |= bit(index, finding.probe)
+                details.append({"function": name, "probe": finding.probe, "detail": finding.detail})
+        if details:
+            self._details[row] = details
+        return bits, made
+
+    def _score(
+        self, fn: Any, variants: list[Variant], prompt: Any, original: Any, columns: dict[str, Any], state: Any
+    ) -> list[float | None]:
+        from rl_guards.rewards.calls import call_reward  # the adapter-side caller (awaits async functions)
+
+        n = len(variants)
+        return call_reward(
+            fn,
+            prompts=[prompt] * n,
+            completions=[_shaped_like(original, v.text) for v in variants],
+            completion_ids=[self._ids(v.text) for v in variants],
+            columns={k: [value] * n for k, value in columns.items()},
+            trainer_state=state,
+        )
+
+    def _ids(self, text: str) -> list[int]:
+        tokenizer = self.ctx.tokenizer
+        if tokenizer is None:
+            return []
+        try:
+            ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        except Exception:
+            return []
+        return ids + self.ctx.eos_token_ids[:1]
+
+    def _message(self, batch: RolloutBatch, row: int, fname: str, probe: str) -> str:
+        text = batch.evidence.get((self.name, row))
+        if text is None and batch.holds(row):
+            text = self.row_evidence(batch, row)
+        details = json.loads(text) if text else []
+        detail = next(
+            (d["detail"] for d in details if d["function"] == fname and d["probe"] == probe), "(on another rank)"
+        )
+        prompt = _prompt_text(batch.prompts[row]) if row < len(batch.prompts) and batch.prompts[row] is not None else ""
+        return (
+            f"reward function {fname!r} {detail}.\n  probed on row {row} (task {batch.tasks[row]!r}, step "
+            f"{batch.step}), prompt: {prompt[-160:]!r}\n  {_FIXES[probe]}"
+        )
+
+    # ----- resume ----------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "probes_run": self.probes_run,
+            "last_step": self.last_step,
+            "extra_calls": self.extra_calls,
+            "first_calls": self.first_calls,
+            "run_calls": self.run_calls,
+            "last_cost": self.last_cost,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for key, value in state.items():
+            if hasattr(self, key):
+                setattr(self, key, type(getattr(self, key))(value))
+
+
+def _reward_inputs(batch: RolloutBatch, held: list[int]) -> tuple[list[dict[str, Any]], list[Any], list[Any], Any, Any]:
+    """What TRL handed the reward functions for the held rows; rebuilt from the batch when it was built by hand."""
+    if batch.reward_inputs is not None:
+        inputs, prompts, completions, ids, *rest = batch.reward_inputs
+        return list(inputs), list(prompts), list(completions), ids, rest[0] if rest else None
+    inputs = [{k: v[r] for k, v in batch.columns.items()} | {"prompt": batch.prompts[r]} for r in held]
+    return inputs, [batch.prompts[r] for r in held], [batch.completions[r] for r in held], None, None
+
+
+def _shaped_like(original: Any, text: str) -> Any:
+    """``text`` in the shape TRL handed the original completion (a string, or assistant messages)."""
+    if isinstance(original, list) and original and isinstance(original[0], dict):
+        message = {k: v for k, v in original[0].items() if k not in ("reasoning_content", "reasoning")}
+        return [{**message, "content": text}]
+    return text

@@ -1,0 +1,161 @@
+"""Reward-function probes on a real GRPOTrainer with plain, unwrapped reward functions: each planted flaw is found
+and named, and the clean twins (the project's rewards, TRL's shipped rewards) stay silent."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+import rl_guards
+from rl_guards.guards.probes import RewardProbeGuard
+from rl_guards.testing import make_dataset
+from rl_guards.testing.rewards import arith_correct, completion_text, echo_match, final_answer, length_penalty
+
+THINKING = make_dataset(thinking=True)
+PLAIN = make_dataset(thinking=False)
+
+
+def _answers(completions: list[Any]) -> list[str]:
+    return [completion_text(c) for c in completions]
+
+
+def sliced_judge(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+    """Planted: the judge sees text[:64] only."""
+    return [float(a in final_answer(t[:64]).split()) for t, a in zip(_answers(completions), answer, strict=True)]
+
+
+def sliced_judge_20(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+    """Planted: text[:20]."""
+    return [float(a in t[:20].split()) for t, a in zip(_answers(completions), answer, strict=True)]
+
+
+def whole_text_judge(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+    """Planted: an outcome judge that reads the thinking too (the answer anywhere in the completion)."""
+    return [
+        float(re.search(rf"\b{re.escape(a)}\b", t) is not None)
+        for t, a in zip(_answers(completions), answer, strict=True)
+    ]
+
+
+def pays_length(completions: list[Any], **kwargs: Any) -> list[float]:
+    """Planted hackable reward: longer is better."""
+    return [min(len(t) / 200.0, 2.0) for t in _answers(completions)]
+
+
+def pays_prompt_words(completions: list[Any], prompts: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+    """Planted hackable judge: the share of the question's words the completion uses (an echo earns it all)."""
+    out = []
+    for c, p, a in zip(completions, prompts, answer, strict=True):
+        words = set(re.findall(r"\w+", p[-1]["content"].lower()))
+        text = set(re.findall(r"\w+", completion_text(c).lower()))
+        out.append(len(words & text) / max(len(words), 1) + float(final_answer(completion_text(c)).strip() == a))
+    return out
+
+
+def _run(make_grpo_trainer: Any, reward_funcs: list[Any], data: Any, **config: Any) -> Any:
+    trainer = make_grpo_trainer(
+        reward_funcs=reward_funcs,
+        train_dataset=data,
+        max_completion_length=48,
+        max_steps=1,
+        generation_kwargs={"min_new_tokens": 48},  # completions long enough for a text[:64] to matter
+    )
+    run = rl_guards.install(trainer, {"probes": {"mode": "log", **config}}, guards=[RewardProbeGuard])
+    trainer.train()
+    return run
+
+
+def _kinds(run: Any) -> set[str]:
+    return {f.kind for f in run.findings if f.guard == "probes"}
+
+
+@pytest.mark.parametrize(
+    ("planted", "data", "kind"),
+    [
+        ([sliced_judge, arith_correct], PLAIN, "reads_prefix:sliced_judge"),
+        ([sliced_judge_20, arith_correct], PLAIN, "reads_prefix:sliced_judge_20"),
+        ([whole_text_judge, arith_correct], THINKING, "reads_thinking:whole_text_judge"),
+        ([pays_length], PLAIN, "hackable:pays_length"),
+        ([pays_prompt_words], PLAIN, "hackable:pays_prompt_words"),
+    ],
+    ids=["text[:64]", "text[:20]", "judge-reads-thinking", "pays-length", "pays-an-echo"],
+)
+def test_probe_finds_the_planted_flaw(make_grpo_trainer: Any, planted: list[Any], data: Any, kind: str) -> None:
+    run = _run(make_grpo_trainer, planted, data)
+    assert kind in _kinds(run), run.summary()
+    assert _kinds(run) <= {kind}, run.summary()  # the planted flaw only: the clean function is not blamed
+    finding = next(f for f in run.findings if f.kind == kind)
+    assert planted[0].__name__ in finding.message and "Fix:" in finding.message
+    assert "prompt:" in finding.message  # the row it was probed on
+
+
+def test_declared_exceptions_are_not_flagged(make_grpo_trainer: Any) -> None:
+    run = _run(
+        make_grpo_trainer,
+        [whole_text_judge, sliced_judge_20, arith_correct],
+        THINKING,
+        process_rewards=["whole_text_judge"],
+        prefix_ok=["sliced_judge_20"],
+    )
+    assert not {k for k in _kinds(run) if k.startswith(("reads_thinking", "reads_prefix"))}, run.summary()
+
+
+def _with_solution(data: Any) -> Any:
+    return data.map(lambda row: {"solution": f"${row['answer']}$"})
+
+
+def test_trl_rewards_non_thinking_are_silent(make_grpo_trainer: Any) -> None:
+    from trl.rewards import accuracy_reward, get_soft_overlong_punishment
+
+    data = _with_solution(make_dataset(tasks=("arith",), thinking=False))
+    overlong = get_soft_overlong_punishment(max_completion_len=48, soft_punish_cache=16)
+    run = _run(make_grpo_trainer, [accuracy_reward, overlong], data)
+    assert run.guard("probes").probes_run == 1
+    assert _kinds(run) == set(), run.summary()
+
+
+def test_trl_rewards_thinking_are_silent(make_grpo_trainer: Any) -> None:
+    from trl.rewards import reasoning_accuracy_reward, think_format_reward
+
+    data = _with_solution(make_dataset(tasks=("arith",), thinking=True))
+    run = _run(make_grpo_trainer, [reasoning_accuracy_reward, think_format_reward], data)
+    assert _kinds(run) == set(), run.summary()
+
+
+def test_example_rewards_are_silent(make_grpo_trainer: Any) -> None:
+    run = _run(make_grpo_trainer, [arith_correct, echo_match, length_penalty], THINKING)
+    assert run.guard("probes").probes_run == 1
+    assert _kinds(run) == set(), run.summary()
+
+
+@pytest.mark.parametrize(("budget", "expected"), [(1.0, 2), (0.02, 1)])
+def test_probes_follow_the_schedule_within_the_budget(make_grpo_trainer: Any, budget: float, expected: int) -> None:
+    trainer = make_grpo_trainer(reward_funcs=[arith_correct, echo_match], train_dataset=PLAIN, max_steps=5)
+    config = {"probes": {"mode": "log", "every_steps": 2, "budget": budget}}
+    run = rl_guards.install(trainer, config, guards=[RewardProbeGuard])
+    trainer.train()
+    guard = run.guard("probes")
+    # the free first probe at step 0; at budget 1.0 the second at step 2 (its ~100 calls then exceed the run's 80 by
+    # step 4); at 2 % no second one within 5 steps
+    assert guard.probes_run == expected
+    assert guard.extra_calls <= budget * guard.run_calls
+    assert guard.run_calls == 5 * 8 * 2  # 5 batches x 8 rows x 2 functions
+    restored = RewardProbeGuard(run.config)
+    restored.load_state_dict(guard.state_dict())
+    assert restored.state_dict() == guard.state_dict()
+
+
+def test_a_function_that_fails_on_variants_is_left_out(make_grpo_trainer: Any) -> None:
+    calls = []
+
+    def picky(completions: list[Any], **kwargs: Any) -> list[float]:
+        calls.append(len(completions))
+        if len(completions) != 8:
+            raise RuntimeError("only scores batches of 8")
+        return [0.0] * len(completions)
+
+    run = _run(make_grpo_trainer, [picky, arith_correct], PLAIN)
+    assert run.guard("probes").probes_run == 1 and len(calls) >= 2
+    assert not [f for f in run.findings if f.guard in ("probes", "hook")], run.summary()

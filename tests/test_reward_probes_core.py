@@ -1,0 +1,122 @@
+"""The probe rules (pure): variants built for a row, and the verdicts on scoring functions with known flaws."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import pytest
+
+from rl_guards.core.probes import (
+    HACKABLE,
+    PREFIX,
+    REFERENCE_ALONE,
+    THINKING,
+    Pair,
+    bit,
+    filler,
+    judge,
+    plan,
+    split,
+)
+from rl_guards.core.think_markup import MARKUPS, THINK
+
+Score = Callable[[str], float]
+
+
+def _answer(text: str) -> str:
+    return text.rsplit("</think>", 1)[-1].strip()
+
+
+SCORERS: dict[str, Score] = {
+    "final exact": lambda t: float(_answer(t) == "42"),
+    "final contains": lambda t: float(re.search(r"\b42\b", _answer(t)) is not None),
+    "whole text": lambda t: float(re.search(r"\b42\b", t) is not None),
+    "slice 64": lambda t: float(re.search(r"\b42\b", t[:64]) is not None),
+    "slice 20": lambda t: float(re.search(r"\b42\b", t[:20]) is not None),
+    "length": lambda t: len(t) / 100,
+    "format only": lambda t: float(t.lstrip().startswith("<think>")),
+}
+
+
+def _verdicts(name: str, *, thinks: bool, real: tuple[float, float] | None = None) -> set[str]:
+    pairs = [Pair("reference", "42", "17")]
+    variants = plan(
+        pairs,
+        thinks=thinks,
+        markup=THINK,
+        thinking_text="some thinking" if thinks else None,
+        prompt_text="What is 40+2?",
+        reference="42",
+        other_answer="17",
+        longest=2000,
+        real_has_block=thinks,
+    )
+    scores = [SCORERS[name](v.text) for v in variants]
+    best, worst = real if real is not None else (None, None)
+    return {f.probe for f in judge(variants, scores, real_best=best, real_worst=worst)}
+
+
+@pytest.mark.parametrize(
+    ("scorer", "thinks", "expected"),
+    [
+        ("final exact", False, set()),  # whole-text match: not a prefix reader
+        ("final contains", False, set()),
+        ("final contains", True, set()),  # reads the answer after the block only
+        ("whole text", True, {THINKING}),
+        ("slice 64", False, {PREFIX}),
+        ("slice 20", False, {PREFIX}),
+        ("length", False, {HACKABLE}),  # a repeated line pays more than any answer
+        ("format only", True, set()),  # never tells the answers apart: not judged as an outcome reward
+    ],
+)
+def test_verdicts(scorer: str, thinks: bool, expected: set[str]) -> None:
+    assert _verdicts(scorer, thinks=thinks, real=(0.2, 0.1) if scorer == "length" else None) == expected
+
+
+def test_prefix_finding_names_the_cut() -> None:
+    variants = plan([Pair("reference", "42", "17")], thinks=False, markup=THINK, longest=5000)
+    findings = judge(variants, [SCORERS["slice 64"](v.text) for v in variants], real_best=None, real_worst=None)
+    assert [f.probe for f in findings] == [PREFIX]
+    assert "first 20-64 characters" in findings[0].detail
+
+
+def test_totals_keep_a_shaping_term_from_being_blamed() -> None:
+    variants = plan([Pair("reference", "42", "17")], thinks=False, markup=THINK, longest=100)
+    length = [SCORERS["length"](v.text) / 10 for v in variants]
+    outcome = [SCORERS["final exact"](v.text) for v in variants]
+    totals = {v.label: 10 * o + lv for v, o, lv in zip(variants, outcome, length, strict=True)}
+    best_total = totals["reference:good@0"]
+    assert judge(variants, length, real_best=0.02, real_worst=0.01, totals=totals, best_total=best_total) == []
+    alone = judge(variants, length, real_best=0.02, real_worst=0.01)
+    assert [f.probe for f in alone] == [HACKABLE] and "repeated line" in alone[0].detail
+
+
+def test_bare_reference_only_judged_when_some_function_asks_for_the_block() -> None:
+    variants = plan(
+        [Pair("reference", "42", "17")], thinks=True, markup=THINK, reference="42", real_has_block=True, longest=100
+    )
+    assert REFERENCE_ALONE in [v.label for v in variants]
+    scores = [SCORERS["final contains"](v.text) for v in variants]
+    assert judge(variants, scores, real_best=1.0, real_worst=0.0) == []
+    found = judge(variants, scores, real_best=1.0, real_worst=0.0, format_matters=True)
+    assert [f.probe for f in found] == [HACKABLE] and REFERENCE_ALONE in found[0].detail
+
+
+def test_unscored_variants_are_not_judged() -> None:
+    variants = plan([Pair("reference", "42", "17")], thinks=False, markup=THINK, longest=100)
+    assert judge(variants, [None] * len(variants), real_best=1.0, real_worst=0.0) == []
+
+
+@pytest.mark.parametrize("family", ["qwen3", "gemma4", "gptoss"])
+def test_variants_keep_each_family_shape(family: str) -> None:
+    markup = MARKUPS[{"qwen3": "think"}.get(family, family)]
+    variants = plan([Pair("reference", "42", "17")], thinks=True, markup=markup, longest=100)
+    leak = next(v for v in variants if v.label == "reference:leak")
+    thinking, answer = split(leak.text, markup)
+    assert answer == "17" and thinking is not None and "42" in thinking
+
+
+def test_filler_and_bits() -> None:
+    assert len(filler(1000)) == 1000 and not re.search(r"\d|<", filler(1000))
+    assert bit(0, PREFIX) == 1 and bit(1, PREFIX) == 8 and bit(2, HACKABLE) == 1 << 8
