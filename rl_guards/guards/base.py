@@ -300,6 +300,8 @@ class RunContext:
     pad_token_id: int | None = None
     reward_func_names: list[str] = field(default_factory=list)
     reward_funcs: list[Any] = field(default_factory=list)  # the trainer's reward function objects
+    # where the adapter's reward-function wrappers record rows a function raised on (rl_guards.rewards.row_errors)
+    reward_error_log: Any = None
     # callable(list[prompt]) -> list[list[int]]: renders prompts exactly as the trainer does for rollouts
     render_prompts: Any = None
     # callable(list[int]) -> str: decode keeping special tokens

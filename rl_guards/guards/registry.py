@@ -11,6 +11,7 @@ from rl_guards.guards.base import Guard
 from rl_guards.guards.dead_groups import DeadGroupGuard
 from rl_guards.guards.preflight import PreflightGuard
 from rl_guards.guards.probes import RewardProbeGuard
+from rl_guards.guards.reward_errors import RewardErrorGuard
 from rl_guards.guards.reward_sanity import RewardSanityGuard
 from rl_guards.guards.routing import RoutingGuard
 from rl_guards.guards.slicing import SlicingGuard
@@ -26,6 +27,7 @@ BATCH_GUARDS: list[type[Guard]] = [
     DoubleThinkGuard,
     RewardSanityGuard,
     GRPOMaskGuard,
+    RewardErrorGuard,
     TaskRewardMonitor,
     RoutingGuard,
     DeadGroupGuard,

@@ -52,6 +52,7 @@ from rl_guards.errors import ConfigError, GuardError
 from rl_guards.guards.base import Finding, Guard, GuardSession, RLGuardsWarning, RunContext, run_hook
 from rl_guards.guards.registry import BATCH_GUARDS
 from rl_guards.guards.think_tags import markup_from_config
+from rl_guards.rewards.row_errors import CatchRowErrors, RowErrorLog, catch_row_errors
 from rl_guards.trl import collectives
 from rl_guards.trl.log_routing import SignalRouter
 
@@ -231,6 +232,7 @@ class GuardRun(TrainerCallback, ExportableState):
         if self.unavailable:
             return
         trainer = self.trainer
+        self._catch_reward_errors()
         original_rewards = trainer._calculate_rewards
         original_generate = trainer._generate_and_score_completions
 
@@ -246,6 +248,17 @@ class GuardRun(TrainerCallback, ExportableState):
 
         trainer._calculate_rewards = _calculate_rewards
         trainer._generate_and_score_completions = _generate_and_score_completions
+
+    def _catch_reward_errors(self) -> None:
+        """Wrap each plain reward function so that rows it raises on are scored None and reported, not fatal."""
+        funcs = getattr(self.trainer, "reward_funcs", None)
+        if not self.config.reward_errors.enabled or not isinstance(funcs, list):
+            return
+        log = RowErrorLog()
+        for index, fn in enumerate(funcs):
+            if callable(fn) and not isinstance(fn, CatchRowErrors) and not hasattr(fn, "forward"):
+                funcs[index] = catch_row_errors(fn, index, log)
+        self.ctx.reward_error_log = log
 
     # ----- per batch -------------------------------------------------------------------------------------
     def _mode(self) -> str:

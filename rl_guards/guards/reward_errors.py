@@ -1,0 +1,107 @@
+"""Reward functions that raised on some rows of a batch: the rows shown decoded, the run kept (warn) or stopped on
+every rank together (raise). The catching is done by :mod:`rl_guards.rewards.row_errors`, installed by the hook."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+import numpy as np
+
+from rl_guards.core.batch import RolloutBatch
+from rl_guards.core.completions import completion_text
+from rl_guards.errors import RewardFunctionError
+from rl_guards.guards.base import Guard, Reporter
+from rl_guards.rollouts.render import printable
+
+_MAX_SHOWN = 3
+_MAX_FUNCTIONS = 52  # bits of a float64 feature
+
+
+class RewardErrorGuard(Guard):
+    """Reads which rows each reward function raised on (per rank, gathered as per-row bits: all ranks agree).
+
+    A function that raised on some rows had them scored None and kept its other scores; one that raised on every
+    row of a batch had the whole batch scored None. Violations (:class:`~rl_guards.errors.RewardFunctionError`,
+    default mode warn): ``raised:<fn>`` with up to three rows decoded (prompt tail, completion, the exception and
+    where it was raised).
+
+    ======================================  ==================================================================
+    key                                     value
+    ======================================  ==================================================================
+    ``rl_guards/reward_errors/rows``        (function, row) pairs scored None because the function raised
+    ======================================  ==================================================================
+    """
+
+    name: ClassVar[str] = "reward_errors"
+    config_field: ClassVar[str] = "reward_errors"
+    FEATURES: ClassVar[tuple[str, ...]] = ("raised",)
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self._errors: dict[int, dict[int, str]] = {}  # held row -> function index -> error
+
+    def scan(self, batch: RolloutBatch) -> dict[str, list[float]]:
+        held = list(batch.held_rows)
+        self._errors = {}
+        log = getattr(self.ctx, "reward_error_log", None)
+        if log is None:
+            return {"raised": [0.0] * len(held)}
+        errors, whole = log.take()
+        for index, row_errors in errors.items():
+            for err in row_errors:
+                rows = held if err.row < 0 else [held[err.row]] if err.row < len(held) else []
+                for row in rows[:1] if err.row < 0 else rows:
+                    self._errors.setdefault(row, {})[index] = err.error
+        for index, error in whole.items():
+            for row in held:
+                self._errors.setdefault(row, {})[index] = f"{error} (raised on every row of the batch)"
+        bits = []
+        for row in held:
+            mask = sum(1 << f for f in self._errors.get(row, {}) if f < _MAX_FUNCTIONS)
+            bits.append(float(mask))
+        return {"raised": bits}
+
+    def row_evidence(self, batch: RolloutBatch, row: int) -> str | None:
+        errors = self._errors.get(row)
+        return json.dumps({str(k): v for k, v in errors.items()}) if errors else None
+
+    def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
+        raised = np.asarray(self.features(batch)["raised"], dtype=np.int64)
+        if not raised.any():
+            return
+        report.metric("rows", float(sum(bin(int(v)).count("1") for v in raised)))
+        for f, fname in enumerate(batch.reward_names[:_MAX_FUNCTIONS]):
+            rows = np.flatnonzero(raised & (1 << f)).tolist()
+            if rows:
+                shown = rows[:_MAX_SHOWN]
+                report.violation(
+                    f"raised:{fname}",
+                    lambda f=f, fname=fname, rows=rows, shown=shown: self._message(batch, f, fname, rows, shown),
+                    RewardFunctionError,
+                    rows=shown,
+                )
+
+    def _message(self, batch: RolloutBatch, f: int, fname: str, rows: list[int], shown: list[int]) -> str:
+        mode = self.config.mode
+        outcome = "stopped the run" if mode == "raise" else "those rows were scored None and training went on"
+        lines = [
+            f"reward function {fname!r} raised on {len(rows)} of {len(batch)} rows at step {batch.step} "
+            f"({batch.mode}); {outcome}:"
+        ]
+        for row in shown:
+            text = batch.evidence.get((self.name, row))
+            if text is None and batch.holds(row):
+                text = self.row_evidence(batch, row)
+            error = json.loads(text).get(str(f), "?") if text else "(on another rank)"
+            prompt = batch.prompts[row] if row < len(batch.prompts) else None
+            tail = completion_text(prompt)[-120:] if prompt is not None else ""
+            completion = completion_text(batch.completions[row]) if batch.completions[row] is not None else ""
+            lines.append(f"  row {row} (task {batch.tasks[row]!r}): {error}")
+            lines.append(f"    prompt ...{printable(tail)}")
+            lines.append(f"    completion {printable(completion[:300])}{'...' if len(completion) > 300 else ''}")
+        lines.append(
+            "Fix: make the function return None (not scored) or 0.0 for rows it cannot parse instead of raising; "
+            "reward_errors.mode: raise stops on the first such batch."
+        )
+        return "\n".join(lines)

@@ -1,0 +1,152 @@
+"""A reward function that raises on a batch: find the rows it raises on, score those None, keep the rest.
+
+TRL calls each reward function once per batch; one malformed row that makes it raise ends the run with the user's
+traceback and no row shown (and, on several ranks, only the rank that raised stops). :class:`CatchRowErrors` wraps
+a function so that such a batch is scored row by row: rows that raise get None (TRL leaves them out of that
+function's statistics), the others keep their scores, and what happened is written to a :class:`RowErrorLog` that
+:class:`~rl_guards.guards.reward_errors.RewardErrorGuard` reads at the end of the batch. That guard warns with the
+rows decoded (mode warn), or stops every rank together (mode raise). The wrapper itself never raises.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+_PER_ROW_ONLY = ("log_extra", "log_metric")  # TRL's logging callbacks expect whole-batch columns: not per row
+
+
+@dataclass
+class RowError:
+    """One row a function raised on: its index in the call, and the exception's last line and origin."""
+
+    row: int
+    error: str
+
+
+@dataclass
+class RowErrorLog:
+    """What the wrapped functions raised in the last reward call of this process, by function index."""
+
+    errors: dict[int, list[RowError]] = field(default_factory=dict)
+    failed_whole: dict[int, str] = field(default_factory=dict)  # function raised on every row: its error
+    calls: int = 0  # reward calls seen (a fresh call clears the previous call's errors)
+
+    def start_call(self, index: int) -> None:
+        self.errors.pop(index, None)
+        self.failed_whole.pop(index, None)
+
+    def take(self) -> tuple[dict[int, list[RowError]], dict[int, str]]:
+        """The errors of the last call, cleared."""
+        errors, whole = self.errors, self.failed_whole
+        self.errors, self.failed_whole = {}, {}
+        return errors, whole
+
+
+def _describe(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def _row_kwargs(kwargs: dict[str, Any], n: int, i: int) -> dict[str, Any]:
+    out = {}
+    for key, value in kwargs.items():
+        if key in _PER_ROW_ONLY:
+            out[key] = _noop
+        elif isinstance(value, list | tuple) and len(value) == n:
+            out[key] = list(value[i : i + 1])
+        else:
+            out[key] = value
+    return out
+
+
+def _noop(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+class CatchRowErrors:
+    """Wraps a TRL reward function (sync or async) so that an exception costs the rows that raise, not the run.
+
+    The wrapper keeps the function's ``__name__`` (TRL's metric key) and forwards attribute access to it.
+    """
+
+    def __init__(self, fn: Any, index: int, log: RowErrorLog) -> None:
+        self.__wrapped__ = fn
+        self.index = index
+        self.log = log
+        functools.update_wrapper(self, fn, updated=())
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+
+    def __getattr__(self, name: str) -> Any:
+        wrapped = self.__dict__.get("__wrapped__")
+        if wrapped is None:
+            raise AttributeError(name)
+        return getattr(wrapped, name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:
+        self.log.start_call(self.index)
+        try:
+            return self.__wrapped__(*args, **kwargs)
+        except Exception as exc:
+            return self._by_row(kwargs, exc)
+
+    def _by_row(self, kwargs: dict[str, Any], exc: BaseException) -> list[float | None]:
+        n = len(kwargs.get("completions") or [])
+        scores: list[float | None] = []
+        errors: list[RowError] = []
+        for i in range(n):
+            try:
+                value = self.__wrapped__(**_row_kwargs(kwargs, n, i))
+                scores.append(_first(value))
+            except Exception as row_exc:
+                scores.append(None)
+                errors.append(RowError(i, _describe(row_exc)))
+        self._record(errors, n, exc)
+        return scores
+
+    def _record(self, errors: list[RowError], n: int, exc: BaseException) -> None:
+        if n and len(errors) == n:
+            self.log.failed_whole[self.index] = _describe(exc)
+        else:
+            self.log.errors[self.index] = errors or [RowError(-1, _describe(exc) + " (no single row raises alone)")]
+
+
+def _first(value: Any) -> float | None:
+    if isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 1:
+        value = value[0]
+    return None if value is None else float(value)
+
+
+class _AsyncCatchRowErrors(CatchRowErrors):
+    """:class:`CatchRowErrors` for ``async def`` reward functions (TRL awaits them in parallel)."""
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:  # type: ignore[override]
+        self.log.start_call(self.index)
+        try:
+            return await self.__wrapped__(*args, **kwargs)
+        except Exception as exc:
+            n = len(kwargs.get("completions") or [])
+            scores: list[float | None] = []
+            errors: list[RowError] = []
+            for i in range(n):
+                try:
+                    scores.append(_first(await self.__wrapped__(**_row_kwargs(kwargs, n, i))))
+                except Exception as row_exc:
+                    scores.append(None)
+                    errors.append(RowError(i, _describe(row_exc)))
+            self._record(errors, n, exc)
+            return scores
+
+
+def catch_row_errors(fn: Any, index: int, log: RowErrorLog) -> CatchRowErrors:
+    """The wrapper for ``fn`` (async-aware)."""
+    is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
+    return (_AsyncCatchRowErrors if is_async else CatchRowErrors)(fn, index, log)
+
+
+__all__ = ["CatchRowErrors", "RowError", "RowErrorLog", "catch_row_errors"]
