@@ -386,7 +386,7 @@ def test_reward_sanity_guard_from_yaml(tmp_path: Path) -> None:
     with pytest.raises(RewardSanityError, match="min good"):
         run(RewardSanityGuard, [], config, RunContext(reward_funcs=[math_ok, lenient]), mode="raise")
     _, session = run(RewardSanityGuard, [], {}, RunContext(reward_funcs=[lenient]), mode="raise")
-    assert session.findings == []  # no cases file: nothing to check
+    assert kinds(session) == {"skipped"}  # no cases file, no dataset: said once, never a stop
     missing = {"reward_sanity": {"cases_file": str(tmp_path / "nope.yaml")}}
     with pytest.raises(RewardSanityError, match=r"nope\.yaml"):
         run(RewardSanityGuard, [], missing, RunContext(reward_funcs=[math_ok]), mode="raise")

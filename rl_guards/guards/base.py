@@ -256,6 +256,10 @@ class Reporter:
         """Record an observation that never stops the run."""
         self.session.record(Finding(self.guard, kind, "info", message, self.step), warn=False)
 
+    def notice(self, kind: str, message: str) -> None:
+        """Tell the user once (a warning), count it; never stops the run and is not a violation."""
+        self.session.record(Finding(self.guard, kind, "warning", message, self.step), warn=True)
+
     def violation(
         self,
         kind: str,

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, ClassVar
 
 from rl_guards.config import RewardSanityConfig
 from rl_guards.errors import ConfigError, RewardSanityError
 from rl_guards.guards.base import Guard, Reporter
+from rl_guards.guards.think_tags import markup_from_config
+from rl_guards.rewards.callables import reward_name
+from rl_guards.rewards.reference_pairs import (
+    FORMS,
+    REFERENCE_COLUMNS,
+    check_reference_pairs,
+    pick_rows,
+    reference_column,
+)
 from rl_guards.rewards.sanity import check_reward_sanity, load_reward_cases, sanity_message
 
 
@@ -14,7 +24,9 @@ class RewardSanityGuard(Guard):
     """Scores the cases of ``reward_sanity.cases_file`` with the trainer's reward functions at train start.
 
     See :mod:`rl_guards.rewards.sanity` for the case format and the rule (``min(good) > max(bad)`` for every
-    function that serves the case's task). Does nothing without a cases file.
+    function that serves the case's task). Without a cases file, ``reward_sanity.auto_cases`` rows per task with a
+    reference answer are checked right-against-wrong (:mod:`rl_guards.rewards.reference_pairs`); when neither is
+    possible, a one-time ``skipped`` warning says how to enable the check.
 
     ======================================  ============================================================
     key                                     value
@@ -36,6 +48,7 @@ class RewardSanityGuard(Guard):
 
     def on_train_begin(self, report: Reporter) -> None:
         if not self.config.cases_file:
+            self._from_reference_column(report)
             return
         try:
             cases = load_reward_cases(self.config.cases_file)
@@ -64,3 +77,85 @@ class RewardSanityGuard(Guard):
             )
         else:
             report.violation("reward_sanity", sanity_message(result), RewardSanityError)
+
+    def _from_reference_column(self, report: Reporter) -> None:
+        """No cases file: right against wrong reference answers from the dataset, or say once that it was skipped."""
+        cfg = self.config
+        tasks = self.guards_config.tasks
+        dataset = self.ctx.train_dataset
+        funcs = [f for f in self.ctx.reward_funcs if callable(f) and not hasattr(f, "forward")]
+        funcs = [f for f in funcs if reward_name(f) not in self.guards_config.probes.skip]
+        columns = list(getattr(dataset, "column_names", None) or [])
+        column = reference_column(columns, funcs, cfg.reference_column) if cfg.auto_cases else None
+        rows = []
+        if column is not None and funcs:
+            sample = [row for _, row in zip(range(_SCAN_ROWS), dataset, strict=False) if isinstance(row, dict)]
+            rows = pick_rows(sample, column, tasks.task_column, cfg.auto_cases, tasks.default_task)
+        if not rows:
+            if not cfg.auto_cases:
+                why = "reward_sanity.auto_cases is 0"
+            elif not funcs:
+                why = "no plain Python reward function to call"
+            else:
+                why = f"the dataset has no reference column ({', '.join(REFERENCE_COLUMNS)}) with two different answers"
+            report.notice(
+                "skipped",
+                f"reward sanity check skipped: no reward_sanity.cases_file and {why}. Set reward_sanity.cases_file "
+                "(known-good and known-bad completions per task) or reward_sanity.reference_column to check that the "
+                "reward functions pay right answers more than wrong ones before step 0.",
+            )
+            return
+        weights = [float(w) for w in getattr(self.ctx.args, "reward_weights", None) or []]
+        all_names = [reward_name(f) for f in self.ctx.reward_funcs]
+        if len(weights) == len(all_names):
+            weights = [weights[all_names.index(reward_name(f))] for f in funcs]
+        else:
+            weights = [1.0] * len(funcs)
+        markup = markup_from_config(self.guards_config.think_tags, self.ctx.template_text)
+        result = check_reference_pairs(funcs, rows, weights=weights, markup=markup)
+        inverted = [k for k in result.inverted if k[0] not in cfg.shaping]
+        named = bool(cfg.reference_column) or any(column in _params(f) for f in funcs)
+        blind = result.total_blind if named else []
+        report.metric("failures", float(len(inverted) + len(blind)))
+        report.metric("checked", float(len(rows) * len(funcs)))
+        if result.total_blind and not named:  # no function takes the column: it may not be what they score against
+            report.notice(
+                "total_blind",
+                f"the weighted reward never paid the {column!r} answer more than another row's, in any usual form, on "
+                f"task(s) {result.total_blind}; no reward function takes {column!r} by name, so it may not be what "
+                "they compare against. If it is, the reward is constant or broken for these tasks (every group dead); "
+                "set reward_sanity.reference_column to make this an error, or give a cases_file.",
+            )
+        if not inverted and not blind:
+            if not result.total_blind:
+                report.info(
+                    "reward_sanity_ok",
+                    f"reward functions pay {column!r} answers more than other rows' answers on {len(rows)} row(s)",
+                )
+            return
+        lines = [f"reward functions checked on {len(rows)} row(s), right vs wrong answers from column {column!r}:"]
+        for fname, task in inverted:
+            lines.append(
+                f"  {fname} pays a wrong answer more than the right one on task {task!r} and never the reverse: "
+                f"{result.examples[(fname, task)]}"
+            )
+        for task in blind:
+            lines.append(
+                f"  task {task!r}: the weighted total never pays the right answer more than a wrong one, in any form "
+                f"tried ({', '.join(f.format('X') for f in FORMS)}, with and without a think block)"
+            )
+        lines.append(
+            "Fix: check the reward's sign and the column it compares against; if the column is not the answer, set "
+            "reward_sanity.reference_column (or a cases_file); name shaping terms in reward_sanity.shaping."
+        )
+        report.violation("reference_pairs", "\n".join(lines), RewardSanityError)
+
+
+_SCAN_ROWS = 2000  # dataset rows looked at for reference cases
+
+
+def _params(fn: Any) -> set[str]:
+    try:
+        return set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return set()
