@@ -60,3 +60,30 @@ class TaskLabels:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.kept = {decode_task(t): None for t in state.get("kept", [])}
         self.capped = {decode_task(t) for t in state.get("capped", [])}
+
+
+TASK_LIKE_NAMES: tuple[str, ...] = (
+    "category", "source", "data_source", "domain", "type", "subject", "dataset", "task_type", "skill", "topic",
+    "difficulty", "level", "split", "env", "environment",
+)  # fmt: skip
+
+
+def task_column_candidates(
+    rows: list[dict[str, Any]], columns: list[str], *, max_values: int = 32, exclude: tuple[str, ...] = ()
+) -> list[tuple[str, list[str]]]:
+    """Columns that look like task labels: short strings with 2..``max_values`` distinct values over ``rows``.
+
+    Returned as (column, its distinct values sorted), usual task-label names first, then by fewest values.
+    """
+    found: list[tuple[int, int, str, list[str]]] = []
+    for column in columns:
+        if column in exclude:
+            continue
+        values = [row.get(column) for row in rows]
+        if not values or not all(isinstance(v, str) and 0 < len(v) <= 64 for v in values):
+            continue
+        distinct = sorted(set(values))
+        if 2 <= len(distinct) <= max_values and len(distinct) <= max(2, len(values) // 2):
+            usual = column.lower() in TASK_LIKE_NAMES
+            found.append((0 if usual else 1, len(distinct), column, distinct))
+    return [(column, distinct) for _, _, column, distinct in sorted(found)]

@@ -42,9 +42,11 @@ class DeadGroupGuard(Guard):
 
     Violation ``dead_task`` (:class:`~rl_guards.errors.DeadGradientError`) when a task had no live group for
     ``warn_after_steps`` consecutive train batches (batches without the task neither count nor reset); once per
-    streak. Eval batches are measured but do not touch the state; batches with one generation per prompt are
-    skipped. At the end of training one ``group_size_advice`` finding lists the advisor's verdict for every
-    task. Streaks, ranges and recent pass rates survive a resume.
+    streak. Violation ``dead_share`` (same error) when a task still has live groups but more than
+    ``dead_groups.max_dead_share`` of its groups were dead over its last ``warn_after_steps`` train batches, with
+    the group-size advice; once until the share falls back. Eval batches are measured but do not touch the state;
+    batches with one generation per prompt are skipped. At the end of training one ``group_size_advice`` finding
+    lists the advisor's verdict for every task. Streaks, ranges, recent pass rates and dead shares survive a resume.
     """
 
     name: ClassVar[str] = "dead_groups"
@@ -57,6 +59,8 @@ class DeadGroupGuard(Guard):
         self.ranges: dict[str, list[float]] = {}  # task -> observed [low, high] total reward
         self.windows: dict[str, list[list[int]]] = {}  # task -> recent [pass_rows, rows] per train batch
         self.group_size: int = 0  # num_generations of the last train batch
+        self.dead_windows: dict[str, list[list[int]]] = {}  # task -> recent [dead groups, groups] per train batch
+        self.crowded: set[str] = set()  # tasks whose recent dead share is above max_dead_share (warned)
 
     # ----- per batch --------------------------------------------------------------------------------------
     def pass_rate(self, task: str) -> float | None:
@@ -87,6 +91,35 @@ class DeadGroupGuard(Guard):
             for task, s in stats.items():
                 if s.groups and self.streaks.get(task) == threshold:
                     report.violation("dead_task", self._dead_message(task, s, batch), DeadGradientError)
+                elif s.groups:
+                    self._check_dead_share(task, batch, report)
+
+    def _check_dead_share(self, task: str, batch: RolloutBatch, report: Reporter) -> None:
+        """Most groups of a task dead over the last ``warn_after_steps`` batches (some still live): warned once per
+        episode, with the group-size advice."""
+        window = self.dead_windows.get(task) or []
+        groups = sum(g for _, g in window)
+        share = sum(d for d, _ in window) / groups if groups else 0.0
+        if len(window) < self.config.warn_after_steps or share <= self.config.max_dead_share:
+            self.crowded.discard(task)
+            return
+        if task in self.crowded:
+            return
+        self.crowded.add(task)
+        rate = self.pass_rate(task)
+        advice = (
+            advise_group_size(task, rate, batch.num_generations, self.config.target_dead_share).message()
+            if rate is not None
+            else ""
+        )
+        report.violation(
+            "dead_share",
+            f"task {task!r}: {share:.0%} of its groups were dead (zero advantage) over the last {len(window)} batches "
+            f"({groups} groups, G={batch.num_generations}), above dead_groups.max_dead_share "
+            f"{self.config.max_dead_share:.0%}: most of its rollouts teach nothing. {advice} Fix: raise "
+            "num_generations, rebalance the task's difficulty, or check its reward if it rarely varies.",
+            DeadGradientError,
+        )
 
     def _update_state(self, stats: dict[str, TaskGroups]) -> None:
         for task, s in stats.items():
@@ -96,6 +129,9 @@ class DeadGroupGuard(Guard):
             window = self.windows.setdefault(task, [])
             window.append([s.pass_rows, s.rows])
             del window[: -self.config.warn_after_steps]
+            dead = self.dead_windows.setdefault(task, [])
+            dead.append([s.dead, s.groups])
+            del dead[: -self.config.warn_after_steps]
 
     def _log_task(self, task: str, s: TaskGroups, batch: RolloutBatch, report: Reporter) -> None:
         if s.groups:
@@ -186,6 +222,8 @@ class DeadGroupGuard(Guard):
             "ranges": {encode_task(t): list(r) for t, r in self.ranges.items()},
             "windows": {encode_task(t): [list(x) for x in w] for t, w in self.windows.items()},
             "group_size": self.group_size,
+            "dead_windows": {encode_task(t): [list(x) for x in w] for t, w in self.dead_windows.items()},
+            "crowded": sorted(encode_task(t) for t in self.crowded),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -193,3 +231,6 @@ class DeadGroupGuard(Guard):
         self.ranges = {decode_task(t): [float(r[0]), float(r[1])] for t, r in state.get("ranges", {}).items()}
         self.windows = {decode_task(t): [[int(p), int(n)] for p, n in w] for t, w in state.get("windows", {}).items()}
         self.group_size = int(state.get("group_size", 0))
+        dead = state.get("dead_windows", {})
+        self.dead_windows = {decode_task(t): [[int(d), int(g)] for d, g in w] for t, w in dead.items()}
+        self.crowded = {decode_task(t) for t in state.get("crowded", [])}

@@ -16,8 +16,9 @@ key                                meaning
 =================================  =====================================================
 
 W&B (when a run is active, main process): ``rl_guards/preflight/findings`` (a table: severity, topic, code,
-message, fix) and ``rl_guards/preflight/report`` (the rendered report as HTML). Warnings are recorded as
-observations (``report.info``) so they appear in the end-of-run summary; only blocking findings are violations.
+message, fix) and ``rl_guards/preflight/report`` (the rendered report as HTML). Warnings are warned once each
+(``report.notice``; counted only in mode log) and appear in the end-of-run summary; only blocking findings are
+violations (they stop a raise-mode run).
 """
 
 from __future__ import annotations
@@ -67,8 +68,12 @@ class PreflightGuard(Guard):
         if self.ctx.is_main_process:
             print(result.render(), flush=True)
             log_to_wandb(result)
-        for finding in result.warnings:
-            report.info(finding.code, f"{finding.message} Fix: {finding.fix}")
+        for finding in result.warnings:  # warned once each (mode log: counted only)
+            text = f"{finding.message} Fix: {finding.fix}"
+            if self.config.mode == "log":
+                report.info(finding.code, text)
+            else:
+                report.notice(finding.code, text)
         blocking = result.blocking
         if not blocking:
             return

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rl_guards.core.batch import RolloutBatch
+from rl_guards.core.task_labels import task_column_candidates
 from rl_guards.core.task_stats import task_stats
 from rl_guards.guards.base import Guard, Reporter
 
@@ -37,6 +38,34 @@ class TaskRewardMonitor(Guard):
 
     name: ClassVar[str] = "tasks"
     config_field: ClassVar[str] = "tasks"
+
+    def on_train_begin(self, report: Reporter) -> None:
+        """No task column in the dataset: name the columns that look like task labels, once."""
+        dataset = self.ctx.train_dataset
+        columns = list(getattr(dataset, "column_names", None) or [])
+        task_column = self.guards_config.tasks.task_column
+        if not columns or task_column in columns:
+            return
+        try:
+            rows = [row for _, row in zip(range(2000), dataset, strict=False) if isinstance(row, dict)]
+        except Exception:  # a streaming dataset that cannot be read here: nothing to suggest
+            return
+        exclude = ("prompt", "completion", "messages", "answer", "solution", "enable_thinking")
+        candidates = task_column_candidates(
+            rows, columns, max_values=self.guards_config.tasks.max_tasks, exclude=exclude
+        )
+        if not candidates:
+            return
+        shown = "; ".join(
+            f"{column!r} ({len(values)} values: {', '.join(map(repr, values[:5]))}{', ...' if len(values) > 5 else ''})"
+            for column, values in candidates[:3]
+        )
+        report.notice(
+            "task_column_missing",
+            f"the dataset has no {task_column!r} column, so every per-task metric (reward, pass rate, dead groups) "
+            f"is for one task {self.guards_config.tasks.default_task!r}. Columns that look like task labels: {shown}. "
+            f"Fix: set tasks.task_column: {candidates[0][0]} (or rename the column to {task_column!r}).",
+        )
 
     def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
         for task, s in task_stats(batch).items():

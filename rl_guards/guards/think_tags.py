@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import numpy as np
@@ -98,6 +99,9 @@ class ThinkTagsGuard(Guard):
 
     Violation ``anomaly_rate`` (:class:`~rl_guards.errors.ThinkMarkupError`) when ``anomalous_rate`` exceeds
     ``think_tags.max_anomaly_rate``; the message shows up to two offending completions, cut for display only.
+    Violation ``thinking_mix`` (same error) when ``think_tags.target_thinking_share`` is set and the run's thinking
+    share so far (overall, or a task's when there are several) is off it by more than the tolerance plus two
+    binomial standard errors.
     """
 
     name: ClassVar[str] = "think_tags"
@@ -111,6 +115,7 @@ class ThinkTagsGuard(Guard):
         self.open_id: int | None = None
         self.close_id: int | None = None
         self.decode_specials = False  # scan text decoded with special tokens kept (tags are special tokens)
+        self.mix: dict[str, list[int]] = {}  # task ("" = all) -> [thinking rows, rows] of train batches so far
 
     def setup(self, ctx: RunContext) -> None:
         super().setup(ctx)
@@ -194,6 +199,9 @@ class ThinkTagsGuard(Guard):
                 if task_codes[code][t]:
                     report.task_metric(task, f"think/{code}_rate", task_codes[code][t] / rows[t])
 
+        if batch.mode == "train" and self.config.target_thinking_share is not None:
+            self._check_mix(report, names, task_thinking, rows, thinking_rows, n)
+
         if rate > self.config.max_anomaly_rate:
             wrong_rows = np.flatnonzero(wrong).tolist()
             counts = {code: int(r.sum()) for code, r in code_rows.items()}
@@ -204,6 +212,43 @@ class ThinkTagsGuard(Guard):
                 ThinkMarkupError,
                 rows=shown,
             )
+
+    def _check_mix(
+        self, report: Reporter, names: list[str], task_thinking: Any, rows: Any, thinking_rows: int, n: int
+    ) -> None:
+        """The run's thinking share so far, overall and per task, against ``target_thinking_share``.
+
+        Counted over every train batch so far (saved with checkpoints); a share counts as off the target when it
+        is further than the tolerance plus two binomial standard errors, so a few small batches never trigger it.
+        """
+        target = float(self.config.target_thinking_share or 0.0)
+        tolerance = self.config.thinking_share_tolerance
+        counts = {"": (thinking_rows, n)} | {t: (int(task_thinking[i]), int(rows[i])) for i, t in enumerate(names)}
+        for key, (k, m) in counts.items():
+            entry = self.mix.setdefault(key, [0, 0])
+            entry[0] += k
+            entry[1] += m
+        off = []
+        for key, (k, m) in sorted(self.mix.items()):
+            share = k / m if m else target
+            margin = tolerance + 2.0 * math.sqrt(max(target * (1 - target), 0.01) / max(m, 1))
+            if m and abs(share - target) > margin and (key == "" or len(self.mix) > 2):
+                off.append(f"{'overall' if key == '' else f'task {key!r}'}: {share:.0%} thinking of {m} rows")
+        if off:
+            report.violation(
+                "thinking_mix",
+                f"the thinking / non-thinking mix is off its target {target:.0%} (+-{tolerance:.0%}): "
+                + "; ".join(off)
+                + ". Fix: rebalance the thinking flag column (per task too: a task that never thinks, or always does, "
+                "trains only one mode), or change think_tags.target_thinking_share.",
+                ThinkMarkupError,
+            )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"mix": {k: list(v) for k, v in self.mix.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.mix = {str(k): [int(v[0]), int(v[1])] for k, v in (state.get("mix") or {}).items()}
 
     def _hint(self, code: str) -> str:
         """The fix for a code; for stray tags, what the run's StrayThinkPenalty (if any) already does."""
