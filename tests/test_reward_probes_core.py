@@ -120,3 +120,24 @@ def test_variants_keep_each_family_shape(family: str) -> None:
 def test_filler_and_bits() -> None:
     assert len(filler(1000)) == 1000 and not re.search(r"\d|<", filler(1000))
     assert bit(0, PREFIX) == 1 and bit(1, PREFIX) == 8 and bit(2, HACKABLE) == 1 << 8
+
+
+def test_a_length_term_is_not_taken_for_a_thinking_reader() -> None:
+    # A per-token length penalty on the tiny tokenizer: the bad answer has 3 tokens more; the leak block happens to
+    # be 2 tokens shorter than the neutral one of the same characters. Its score follows the filler's length.
+    variants = plan(
+        [Pair("reference-stated", "The answer is 7.", "The answer is 12 or 13.")], thinks=True, markup=THINK
+    )
+
+    def tokens(label: str) -> float:
+        k = int(label.split("@")[1]) if "@" in label and label[-1].isdigit() else 0
+        base = {"good": 10, "bad": 13}.get(label.split(":")[-1].split("@")[0], 20)
+        extra = {"reference-stated:leak": 30, "reference-stated:neutral": 32}.get(label, k // 4)
+        return -0.01 * (base + extra)
+
+    scores = [tokens(v.label) for v in variants]
+    assert THINKING not in {f.probe for f in judge(variants, scores, real_best=None, real_worst=None)}
+    steady = [
+        s if "@" not in v.label else tokens(v.label.split("@")[0] + "@0") for v, s in zip(variants, scores, strict=True)
+    ]
+    assert THINKING in {f.probe for f in judge(variants, steady, real_best=None, real_worst=None)}  # not a length term

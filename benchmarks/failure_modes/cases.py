@@ -55,6 +55,81 @@ def arith_any_number(completions: list[Any], **kwargs: Any) -> list[float | None
 
 arith_any_number.__name__ = "arith_correct"
 
+# ----- reward functions the user did not wrap (issue 15: probes, sanity, exceptions) -------------------------
+
+
+def judge_first_chars(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float | None]:
+    """A plain judge that reads ``completion[:20]`` (no watch_inputs: only the probes can see the slice)."""
+    return [_judge_score(_text(c)[:20], a) for c, a in zip(completions, answer, strict=True)]
+
+
+judge_first_chars.__name__ = "judge"
+
+
+def judge_final_answer(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float | None]:
+    """The same judge on the final answer only (after the think block), whole."""
+    from rl_guards.testing.rewards import final_answer
+
+    return [_judge_score(final_answer(_text(c)), a) for c, a in zip(completions, answer, strict=True)]
+
+
+judge_final_answer.__name__ = "judge"
+
+
+def judge_whole_completion(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float | None]:
+    """A plain outcome judge handed the whole completion, thinking included."""
+    return [_judge_score(_text(c), a) for c, a in zip(completions, answer, strict=True)]
+
+
+judge_whole_completion.__name__ = "judge"
+
+
+def quality_by_length(completions: list[Any], **kwargs: Any) -> list[float | None]:
+    """A 'quality' reward that is really a length reward (longer scores higher, capped at 2)."""
+    return [min(len(_text(c)) / 100.0, 2.0) for c in completions]
+
+
+quality_by_length.__name__ = "quality"
+
+
+def quality_exact(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float | None]:
+    """The same slot with a real check: the final answer is the expected one."""
+    from rl_guards.testing.rewards import final_answer
+
+    return [
+        float(final_answer(_text(c)).strip().lower() == str(a).lower())
+        for c, a in zip(completions, answer, strict=True)
+    ]
+
+
+quality_exact.__name__ = "quality"
+
+
+def arith_inverted(completions: list[Any], answer: list[str], task: list[str], **kwargs: Any) -> list[float | None]:
+    """The arith reward with its sign flipped (1 - correct)."""
+    from rl_guards.testing.rewards import arith_correct
+
+    return [None if v is None else 1.0 - v for v in arith_correct(completions, answer, task)]
+
+
+arith_inverted.__name__ = "arith_correct"
+
+
+def echo_parses_numbers(
+    completions: list[Any], answer: list[str], task: list[str], **kwargs: Any
+) -> list[float | None]:
+    """An echo reward that calls int() on its answer column (a copy-paste from arith): raises on every echo row."""
+    from rl_guards.testing.rewards import echo_match
+
+    for t, a in zip(task, answer, strict=True):
+        if t == "echo":
+            int(a)
+    return echo_match(completions, answer, task)
+
+
+echo_parses_numbers.__name__ = "echo_match"
+
+
 JUDGE_SLICE = 32  # characters of a completion the sliced judge keeps (the tiny model writes ~10-60)
 
 
@@ -415,6 +490,56 @@ def _dr_grpo(planted: bool, workdir: Path) -> GrpoSpec:
     return GrpoSpec(reward_funcs=routed_rewards(), args={"max_steps": 1, **args})
 
 
+def _judge_prefix(planted: bool, workdir: Path) -> GrpoSpec:
+    from rl_guards.rewards.routing import route
+
+    judge = judge_first_chars if planted else judge_final_answer
+    return GrpoSpec(
+        reward_funcs=list(route({"arith": [judge], "echo": [judge]})),
+        dataset=dataset(thinking=False),
+        args={"chat_template_kwargs": {"enable_thinking": False}},
+    )
+
+
+def _judge_thinking(planted: bool, workdir: Path) -> GrpoSpec:
+    from rl_guards.rewards.routing import route
+
+    judge = judge_whole_completion if planted else judge_final_answer
+    return GrpoSpec(reward_funcs=list(route({"arith": [judge], "echo": [judge]})))
+
+
+def _hackable(planted: bool, workdir: Path) -> GrpoSpec:
+    return GrpoSpec(reward_funcs=[quality_by_length if planted else quality_exact])
+
+
+def _inverted(planted: bool, workdir: Path) -> GrpoSpec:
+    from rl_guards.testing.rewards import arith_correct, echo_match
+
+    return GrpoSpec(reward_funcs=[arith_inverted if planted else arith_correct, echo_match])
+
+
+def _reward_raises(planted: bool, workdir: Path) -> GrpoSpec:
+    from rl_guards.testing.rewards import arith_correct, echo_match
+
+    return GrpoSpec(reward_funcs=[arith_correct, echo_parses_numbers if planted else echo_match])
+
+
+def _task_column(planted: bool, workdir: Path) -> GrpoSpec:
+    data = dataset()
+    return GrpoSpec(reward_funcs=routed_rewards(), dataset=data.rename_column("task", "category") if planted else data)
+
+
+def _thinking_mix(planted: bool, workdir: Path) -> GrpoSpec:
+    from rl_guards.trl.thinking_mix import honour_thinking_column
+
+    return GrpoSpec(
+        reward_funcs=routed_rewards(),
+        dataset=dataset(thinking=True if planted else "mixed"),
+        guards={"think_tags": {"target_thinking_share": 0.5}},
+        before_install=honour_thinking_column,
+    )
+
+
 CASES: list[Case] = [
     Case(
         "misrouted_reward",
@@ -561,5 +686,61 @@ CASES: list[Case] = [
         stated=(("length_normalisation", "biases length"), ("std_normalisation", "standard GRPO")),
         note="a choice, not a bug: caught when the preflight report states it",
         tags=("grpo", "preflight"),
+    ),
+    Case(
+        "judge_reads_prefix",
+        "silent string slicing inside a reward function",
+        "a plain (unwrapped) judge scores completion[:20] (clean: the final answer, whole); non-thinking rows",
+        _judge_prefix,
+        expect=(("probes", "reads_prefix:judge"),),
+        tags=("grpo", "probes"),
+    ),
+    Case(
+        "judge_reads_thinking",
+        "outcome judge not blind to the thinking trace",
+        "a plain outcome judge handed the whole completion (clean: the final answer after the think block)",
+        _judge_thinking,
+        expect=(("probes", "reads_thinking:judge"),),
+        tags=("grpo", "probes"),
+    ),
+    Case(
+        "hackable_reward",
+        "reward goes up while behaviour gets worse (a reward the policy can earn without the task)",
+        "the only reward, 'quality', is len(text)/100 (clean: the final answer equals the expected one)",
+        _hackable,
+        expect=(("probes", "hackable:quality"),),
+        tags=("grpo", "probes"),
+    ),
+    Case(
+        "inverted_reward_no_cases",
+        "a reward model that ranks bad above good, no cases file",
+        "arith_correct returns 1 - correct (clean: correct); no reward_sanity.cases_file",
+        _inverted,
+        expect=(("reward_sanity", "reference_pairs"),),
+        tags=("grpo", "sanity"),
+    ),
+    Case(
+        "reward_raises_on_rows",
+        "a reward function that raises on malformed rows",
+        "echo_match calls int() on its answer column and raises on every echo row (clean: it does not)",
+        _reward_raises,
+        expect=(("reward_errors", "raised:echo_match"),),
+        tags=("grpo",),
+    ),
+    Case(
+        "task_column_renamed",
+        "per-task curves silently collapsed into one task",
+        "the dataset's task column is named 'category' (clean: 'task'); tasks.task_column left at 'task'",
+        _task_column,
+        expect=(("tasks", "task_column_missing"),),
+        tags=("grpo",),
+    ),
+    Case(
+        "thinking_mix_off_target",
+        "thinking / non-thinking mix off what the run aims at",
+        "think_tags.target_thinking_share 0.5 with every row thinking (clean: the column alternates per task)",
+        _thinking_mix,
+        expect=(("think_tags", "thinking_mix"),),
+        tags=("grpo",),
     ),
 ]

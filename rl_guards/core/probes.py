@@ -13,7 +13,9 @@ against another row's when the dataset has a reference column. Three questions:
   a length term) is not an outcome function here and is not judged.
 - **reads the thinking**: the bad answer after a think block that states the good one ("leak") and after a neutral
   block of the same length. A function whose score moves from the bad answer's toward the good one's reads the
-  trace; an outcome judge should not (a process reward may: ``probes.process_rewards``).
+  trace; an outcome judge should not (a process reward may: ``probes.process_rewards``). A function whose score
+  follows the text's length (it changes with the neutral text before an answer it still judges) is a length term
+  and is not judged here: the two blocks differ in tokens.
 - **pays a degenerate completion**: an empty answer, only think tags, a repeated line, the prompt echoed, the
   reference answer alone without the think block the run's completions have, another prompt's answer. One that the
   function scores at or above the best answer it gave a real (or reference) completion, above the worst, and whose
@@ -209,6 +211,8 @@ def judge(
             if finding is not None:
                 out.append(finding)
         leak, neutral = by_label.get(f"{pair}:leak"), by_label.get(f"{pair}:neutral")
+        if _length_driven(by_label, pair, gap0, good0):
+            continue  # its score follows the text's length (a length term): leak and neutral differ in tokens
         if check_thinking and leak is not None and neutral is not None and not any(f.probe == THINKING for f in out):
             if (leak - neutral) / gap0 >= TOLD:
                 out.append(
@@ -238,6 +242,18 @@ def judge(
         )
         break  # one degenerate variant is enough to show it
     return out
+
+
+def _length_driven(by_label: Mapping[str, float | None], pair: str, gap0: float, good0: float) -> bool:
+    """The good answer's score moves with the neutral text before it while the pair stays told apart."""
+    for label, score in by_label.items():
+        if not label.startswith(f"{pair}:good@") or score is None or label.endswith("@0"):
+            continue
+        k = label.split("@")[1]
+        gap = _gap(by_label, pair, k)
+        if gap is not None and abs(gap) >= TOLD * abs(gap0) and abs(score - good0) > EPS:
+            return True
+    return False
 
 
 def _prefix_finding(

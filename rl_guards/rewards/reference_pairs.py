@@ -2,7 +2,8 @@
 
 For a few rows per task that have a reference answer (the ``answer``/``solution``/... column), the right answer and
 another row's (wrong) answer are written the ways completions usually state an answer (bare, "The answer is X.",
-``\\boxed{X}``; each also after a think block) and every reward function scores them as TRL would call it. Forms a
+``\\boxed{X}``; each also after a think block; the shorter padded with trailing spaces to the same length, so a
+length term scores both alike) and every reward function scores them as TRL would call it. Forms a
 function cannot read (None, or the same score for both) say nothing; what counts:
 
 - **inverted**: in the forms where a function tells the two apart, it pays the wrong answer more, never the right
@@ -118,6 +119,10 @@ def check_reference_pairs(
     told: dict[str, bool] = {}
     for case in rows:
         right, wrong = texts(case.right, markup), texts(case.wrong, markup)
+        # equal lengths (trailing spaces): a length term scores both alike instead of looking inverted
+        width = [max(len(r), len(w)) for r, w in zip(right, wrong, strict=True)]
+        right = [r.ljust(n) for r, n in zip(right, width, strict=True)]
+        wrong = [w.ljust(n) for w, n in zip(wrong, width, strict=True)]
         n = len(right) + len(wrong)
         conversational = isinstance(case.prompt, list)
         completions: list[Any] = [[{"role": "assistant", "content": t}] if conversational else t for t in right + wrong]
