@@ -67,10 +67,13 @@ judge_first_chars.__name__ = "judge"
 
 
 def judge_final_answer(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float | None]:
-    """The same judge on the final answer only (after the think block), whole."""
+    """A judge of the final answer only (after the think block), whole: it must be the expected answer."""
     from rl_guards.testing.rewards import final_answer
 
-    return [_judge_score(final_answer(_text(c)), a) for c, a in zip(completions, answer, strict=True)]
+    def score(text: str, expected: str) -> float:
+        return float(final_answer(text).strip().rstrip(".!").lower() == str(expected).lower())
+
+    return [score(_text(c), a) for c, a in zip(completions, answer, strict=True)]
 
 
 judge_final_answer.__name__ = "judge"
@@ -439,7 +442,9 @@ def _sliced(planted: bool, workdir: Path) -> GrpoSpec:
     judge = judge_sliced if planted else judge_full
     return GrpoSpec(
         reward_funcs=list(route({"arith": [judge, length_penalty], "echo": [judge, length_penalty]})),
-        guards={"slicing": {"min_length": 24}},
+        # Both judges read the whole completion, thinking included (not what this case is about): declared a
+        # process reward so that the probes do not report it in either run.
+        guards={"slicing": {"min_length": 24}, "probes": {"process_rewards": ["judge"]}},
     )
 
 
@@ -724,7 +729,9 @@ CASES: list[Case] = [
         "a reward function that raises on malformed rows",
         "echo_match calls int() on its answer column and raises on every echo row (clean: it does not)",
         _reward_raises,
-        expect=(("reward_errors", "raised:echo_match"),),
+        # Caught before step 0 by the reference-pair sanity check (the function raises on every echo answer); with
+        # reward_sanity off, reward_errors shows the rows at the first batch.
+        expect=(("reward_errors", "raised:echo_match"), ("reward_sanity", "reference_pairs")),
         tags=("grpo",),
     ),
     Case(

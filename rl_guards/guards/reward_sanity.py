@@ -139,6 +139,8 @@ class RewardSanityGuard(Guard):
                 f"  {fname} pays a wrong answer more than the right one on task {task!r} and never the reverse: "
                 f"{result.examples[(fname, task)]}"
             )
+        for fname, error in sorted(result.errors.items()):
+            lines.append(f"  {fname} raised on these answers: {error}")
         for task in blind:
             lines.append(
                 f"  task {task!r}: the weighted total never pays the right answer more than a wrong one, in any form "
