@@ -1,0 +1,166 @@
+"""``rl-guards grpo``: ``trl grpo`` with every guard installed. Change one word of your command line::
+
+    trl grpo --config grpo.yaml            ->   rl-guards grpo --config grpo.yaml
+
+Everything ``trl grpo`` takes is taken the same way (TRL's own parser and script: GRPOConfig, model and dataset
+fields, dataset mixtures, built-in or dotted reward-function paths, ``--accelerate_config`` and other
+``accelerate launch`` arguments). rl_guards' settings come from a ``guards:`` section of the YAML (TRL never sees
+it), ``--guards_config guards.yaml`` and ``--guards_set section.field=value ...``.
+
+The launcher validates the guards config, writes the YAML without its ``guards:`` section and the guards config
+next to each other in a temporary folder, and runs ``accelerate launch -m rl_guards.cli.grpo`` (as ``trl grpo``
+runs its script). Each process runs TRL's own ``trl.scripts.grpo.main`` with ``trl.GRPOTrainer`` bound to a
+subclass that calls :func:`rl_guards.install` right after ``__init__``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rl_guards.config import GuardsArguments, GuardsConfig
+from rl_guards.errors import ConfigError
+
+GUARDS_KEYS = ("guards", "rl_guards")  # the YAML section TRL must not see
+
+
+def register(subparsers: Any) -> None:
+    """Add ``grpo`` to the help listing (its arguments are TRL's: :func:`launch` parses them)."""
+    parser = subparsers.add_parser(
+        "grpo", help="trl grpo with every guard installed (same YAML and flags, plus guards:)", add_help=False
+    )
+    parser.set_defaults(func=lambda ns: launch(list(ns.rest)))
+    parser.add_argument("rest", nargs=argparse.REMAINDER)
+
+
+def _pop_option(argv: list[str], name: str) -> tuple[str | None, list[str]]:
+    """The value of ``--name VALUE`` / ``--name=VALUE`` and argv without it."""
+    out, value, i = [], None, 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == name and i + 1 < len(argv):
+            value, i = argv[i + 1], i + 2
+            continue
+        if arg.startswith(name + "="):
+            value, i = arg.split("=", 1)[1], i + 1
+            continue
+        out.append(arg)
+        i += 1
+    return value, out
+
+
+def split_guards(argv: list[str], workdir: Path) -> tuple[list[str], GuardsConfig]:
+    """argv with the YAML's ``guards:`` section moved out (a YAML TRL accepts), and the guards config it describes
+    (``--guards_config`` / ``--guards_set`` still in argv apply on top in each process)."""
+    import yaml
+
+    config_path, rest = _pop_option(argv, "--config")
+    section: Any = None
+    if config_path is not None:
+        try:
+            data = yaml.safe_load(Path(config_path).read_text(encoding="utf-8")) or {}
+        except OSError as exc:
+            raise ConfigError(f"--config {config_path}: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"--config {config_path}: expected a mapping at the top level")
+        for key in GUARDS_KEYS:
+            if key in data:
+                section = data.pop(key)
+        trl_yaml = workdir / "trl.yaml"
+        trl_yaml.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        rest = ["--config", str(trl_yaml), *rest]
+    guards_file, _ = _pop_option(rest, "--guards_config")
+    sets: list[str] = []
+    if "--guards_set" in rest:
+        i = rest.index("--guards_set") + 1
+        while i < len(rest) and not rest[i].startswith("--"):
+            sets.append(rest[i])
+            i += 1
+    base = GuardsConfig.from_yaml(guards_file) if guards_file else GuardsConfig.from_dict(section or {})
+    config = base.with_overrides(sets) if sets else base
+    config.validate()
+    if guards_file is None:  # the section travels to the processes as a file
+        path = workdir / "guards.yaml"
+        path.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
+        rest = [*rest, "--guards_config", str(path)]
+    return rest, config
+
+
+def launch(argv: list[str]) -> int:
+    """Validate, then ``accelerate launch -m rl_guards.cli.grpo`` with TRL's arguments (as ``trl grpo`` does)."""
+    if any(a in ("-h", "--help") for a in argv):
+        from rl_guards.trl.script_args import grpo_parser
+
+        grpo_parser((GuardsArguments,), prog="rl-guards grpo").print_help()
+        return 0
+    workdir = Path(tempfile.mkdtemp(prefix="rl-guards-grpo-"))
+    try:
+        try:
+            argv, _ = split_guards(argv, workdir)
+        except ConfigError as exc:
+            print(f"rl-guards grpo: {exc}", file=sys.stderr)
+            return 2
+        from accelerate.commands.launch import launch_command, launch_command_parser
+
+        from rl_guards.trl.script_args import grpo_parser
+
+        parser = grpo_parser((GuardsArguments,), prog="rl-guards grpo")
+        parsed = parser.parse_args_and_config(argv, return_remaining_strings=True)
+        remaining = list(parsed[-1]) if isinstance(parsed[-1], list) else []
+        launch_args = _accelerate_config(remaining)
+        script_args = [a for a in argv if a not in remaining]
+        accelerate_args = launch_command_parser().parse_args([*launch_args, "-m", "rl_guards.cli.grpo", *script_args])
+        launch_command(accelerate_args)
+        return 0
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _accelerate_config(args: list[str]) -> list[str]:
+    """``--accelerate_config NAME|PATH`` as TRL resolves it, into accelerate's ``--config_file``."""
+    try:
+        from trl.cli.accelerate_config import resolve_accelerate_config_argument
+    except ImportError:  # an older TRL: pass the arguments on as they are
+        return args
+    return list(resolve_accelerate_config_argument(args))
+
+
+def guarded_trainer_class(config: GuardsConfig) -> type:
+    """``trl.GRPOTrainer`` with :func:`rl_guards.install` called at the end of ``__init__``."""
+    from trl import GRPOTrainer
+
+    import rl_guards
+
+    class GuardedGRPOTrainer(GRPOTrainer):  # type: ignore[misc,valid-type]
+        """TRL's GRPOTrainer with every rl_guards guard installed."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.rl_guards = rl_guards.install(self, config)
+
+    GuardedGRPOTrainer.__name__ = GuardedGRPOTrainer.__qualname__ = "GRPOTrainer"
+    return GuardedGRPOTrainer
+
+
+def worker_main(argv: list[str] | None = None) -> int:
+    """One process of the run: TRL's own script, with the guarded trainer in place of GRPOTrainer."""
+    import trl
+    from trl.scripts import grpo as trl_grpo
+
+    from rl_guards.trl.script_args import grpo_parser
+
+    parser = grpo_parser((GuardsArguments,), prog="rl-guards grpo")
+    script_args, training_args, model_args, dataset_args, guard_args = parser.parse_args_and_config(
+        argv, fail_with_unknown_args=False
+    )[:5]
+    trl.GRPOTrainer = guarded_trainer_class(guard_args.to_config())  # trl.scripts.grpo.main imports it by name
+    trl_grpo.main(script_args, training_args, model_args, dataset_args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main())

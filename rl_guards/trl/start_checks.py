@@ -1,0 +1,136 @@
+"""The start-of-training checks without a trainer: the same guards, the same context, the same verdict.
+
+``rl-guards preflight`` builds the :class:`~rl_guards.guards.base.RunContext` a live trainer would give the guards
+(GRPOConfig, tokenizer, datasets, reward functions, TRL's prompt rendering) and runs every guard's
+``on_train_begin`` (preflight report, template, reward sanity, routing, task column) exactly as ``install()`` does at
+train start. The verdict is "blocking" when training would stop there: a violation of a guard in raise mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rl_guards.config import GuardsConfig
+from rl_guards.errors import GuardError
+from rl_guards.guards.base import Finding, Guard, GuardSession, RunContext, run_hook
+
+
+@dataclass
+class StartVerdict:
+    """What the start-of-training checks found."""
+
+    findings: list[Finding]
+    stop: GuardError | None  # the error training would stop with (None: training would start)
+    preflight_report: Any = None
+    guards: list[str] = field(default_factory=list)
+
+    @property
+    def blocking(self) -> bool:
+        """Training would stop here, or the preflight report has a blocking finding (stops it in raise mode)."""
+        return self.stop is not None or bool(getattr(self.preflight_report, "blocking", None))
+
+    def render(self) -> str:
+        """The findings of every guard but the preflight report (printed on its own), one per line."""
+        rows = [f for f in self.findings if f.guard != "preflight"]
+        lines = [f"start-of-training checks ({', '.join(self.guards)}): {len(rows)} finding(s)"]
+        for f in rows:
+            first, *rest = f.message.splitlines() or [""]
+            lines.append(f"  [{f.severity}] {f.guard}/{f.kind}: {first}")
+            lines += [f"      {line}" for line in rest[:12]]
+        if self.stop is not None:
+            verdict = f"BLOCKING: training would stop: {self.stop}"
+        elif self.blocking:
+            verdict = (
+                "BLOCKING: the preflight report has blocking findings (they stop training in preflight.mode raise)"
+            )
+        else:
+            verdict = "ok: training would start"
+        lines.append(verdict.splitlines()[0])
+        return "\n".join(lines)
+
+
+def render_prompts_like_trl(
+    tokenizer: Any, chat_template_kwargs: dict[str, Any], chat_template: str | None = None
+) -> Any:
+    """A ``render_prompts`` for the context: prompts rendered and tokenized as GRPOTrainer renders rollouts."""
+    from rl_guards.trl.preflight import render_prompt_text
+
+    def render(prompts: list[Any]) -> list[list[int]]:
+        texts = [
+            render_prompt_text(tokenizer, p, chat_template=chat_template, chat_template_kwargs=chat_template_kwargs)
+            for p in prompts
+        ]
+        return [list(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+
+    return render
+
+
+def context_without_trainer(
+    args: Any,
+    tokenizer: Any,
+    *,
+    train_dataset: Any = None,
+    eval_dataset: Any = None,
+    reward_funcs: Sequence[Any] = (),
+    world_size: int = 1,
+) -> RunContext:
+    """The RunContext ``install()`` builds from a trainer, built from its parts."""
+    kwargs = dict(getattr(args, "chat_template_kwargs", None) or {})
+    names = []
+    for fn in reward_funcs:
+        if isinstance(fn, str):
+            names.append(fn.split("/")[-1])
+        else:
+            names.append(getattr(fn, "__name__", type(fn).__name__))
+    eos = [tokenizer.eos_token_id] if getattr(tokenizer, "eos_token_id", None) is not None else []
+    return RunContext(
+        output_dir=str(getattr(args, "output_dir", ".")),
+        world_size=world_size,
+        tokenizer=tokenizer,
+        args=args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        chat_template_kwargs=kwargs,
+        eos_token_ids=eos,
+        pad_token_id=getattr(tokenizer, "pad_token_id", None),
+        reward_func_names=names,
+        reward_funcs=[fn for fn in reward_funcs if not isinstance(fn, str)],
+        render_prompts=render_prompts_like_trl(tokenizer, kwargs),
+        decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=False),
+        decode_text=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+    )
+
+
+def start_guards(config: GuardsConfig, guard_classes: Sequence[type[Guard]] | None = None) -> list[Guard]:
+    """The enabled guards that check something at train start, in the order ``install()`` runs them."""
+    from rl_guards.guards.registry import BATCH_GUARDS
+
+    classes = list(guard_classes) if guard_classes is not None else list(BATCH_GUARDS)
+    guards = [cls(config) for cls in classes if cls.on_train_begin is not Guard.on_train_begin]
+    return [g for g in guards if g.enabled]
+
+
+def run_start_checks(
+    ctx: RunContext, config: GuardsConfig, *, guard_classes: Sequence[type[Guard]] | None = None
+) -> StartVerdict:
+    """Every start-of-training check on ``ctx``; never raises for a finding (the verdict carries the stop)."""
+    session = GuardSession()
+    session.defer = True
+    guards = start_guards(config, guard_classes)
+    stop: GuardError | None = None
+    session.phase = "begin"
+    for guard in guards:
+        guard.setup(ctx)
+        try:
+            run_hook(guard, "on_train_begin", session, 0)
+        except GuardError as exc:  # a guard that raised its own error (as in training)
+            stop = stop or exc
+    session.phase = "run"
+    stop = session.settle() or stop
+    report = next((getattr(g, "last_report", None) for g in guards if g.name == "preflight"), None)
+    return StartVerdict(list(session.findings), stop, report, [g.name for g in guards])
+
+
+__all__ = ["StartVerdict", "context_without_trainer", "render_prompts_like_trl", "run_start_checks", "start_guards"]

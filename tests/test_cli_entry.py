@@ -1,0 +1,48 @@
+"""The command line's own surface: --version, one flag style (TRL's underscores; dashes still parse), and
+``rollouts list RUN`` as well as ``rollouts RUN list``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rl_guards.cli.main import build_parser, main
+
+
+def test_version() -> None:
+    done = subprocess.run([sys.executable, "-m", "rl_guards.cli.main", "--version"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.startswith("rl-guards ")
+
+
+def _flags(parser: object) -> list[str]:
+    import argparse
+
+    out = []
+    for action in parser._actions:  # type: ignore[attr-defined]
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                out += _flags(sub)
+        else:
+            out += [o for o in action.option_strings if o.startswith("--")]
+    return out
+
+
+def test_every_long_flag_uses_underscores() -> None:
+    assert [f for f in _flags(build_parser()) if "-" in f[2:]] == []
+
+
+def test_dashed_spellings_still_parse() -> None:
+    parser = build_parser()
+    a = parser.parse_args(["probe-lengths", "--model", "m", "--dataset", "d", "--max-new-tokens", "7"])
+    b = parser.parse_args(["probe-lengths", "--model", "m", "--dataset", "d", "--max_new_tokens", "7"])
+    assert a.max_new_tokens == b.max_new_tokens == 7
+
+
+def test_rollouts_list_takes_the_run_after_the_action(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "rl_guards" / "rollouts").mkdir(parents=True)
+    assert main(["rollouts", "list", str(tmp_path)]) == main(["rollouts", str(tmp_path), "list"])
+    out = capsys.readouterr()
+    assert "invalid choice" not in out.err

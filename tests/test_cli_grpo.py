@@ -1,0 +1,75 @@
+"""``rl-guards grpo --config grpo.yaml``: the YAML ``trl grpo`` takes plus a ``guards:`` section, launched through
+accelerate like ``trl grpo``, trains the tiny fixture with every guard installed (read back from the run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rl_guards.cli.grpo import split_guards
+from rl_guards.rollouts.reader import RolloutStore
+from rl_guards.testing import make_dataset
+from rl_guards.trl.script_args import parse_trl_yaml
+
+
+def _yaml(tiny: Any, root: Path, **extra: Any) -> dict[str, Any]:
+    data_dir = root / "data"
+    data_dir.mkdir(exist_ok=True)
+    make_dataset(thinking=True).to_json(str(data_dir / "train.jsonl"))
+    return {
+        "model_name_or_path": tiny.model_dir,
+        "dataset_name": str(data_dir),
+        "reward_funcs": ["rl_guards.testing.rewards.arith_correct", "rl_guards.testing.rewards.echo_match"],
+        "output_dir": str(root / "out"),
+        "use_cpu": True,
+        "bf16": False,
+        "gradient_checkpointing": False,
+        "per_device_train_batch_size": 8,
+        "num_generations": 4,
+        "max_completion_length": 16,
+        "max_steps": 2,
+        "save_steps": 2,
+        "logging_steps": 1,
+        "report_to": "none",
+        "chat_template_kwargs": {"enable_thinking": True},
+        **extra,
+    }
+
+
+def test_trl_accepts_the_yaml_once_the_guards_section_is_moved_out(tiny: Any, tmp_path: Path) -> None:
+    data = _yaml(tiny, tmp_path, guards={"rollouts": {"every_steps": 1}, "think_tags": {"mode": "raise"}})
+    path = tmp_path / "grpo.yaml"
+    path.write_text(yaml.safe_dump(data))
+    argv, config = split_guards(["--config", str(path), "--guards_set", "dead_groups.warn_after_steps=2"], tmp_path)
+    assert config.rollouts.every_steps == 1 and config.think_tags.mode == "raise"
+    assert config.dead_groups.warn_after_steps == 2
+    trl_yaml = yaml.safe_load(Path(argv[argv.index("--config") + 1]).read_text())
+    assert "guards" not in trl_yaml
+    parse_trl_yaml(trl_yaml)  # TRL's own parser accepts it; unknown keys are refused
+    with pytest.raises(Exception, match="rejected"):
+        parse_trl_yaml({**trl_yaml, "guards": {"rollouts": {}}})
+
+
+@pytest.mark.slow
+def test_rl_guards_grpo_trains_with_every_guard(tiny: Any, tmp_path: Path) -> None:
+    data = _yaml(tiny, tmp_path, guards={"rollouts": {"every_steps": 1}, "dead_groups": {"warn_after_steps": 2}})
+    path = tmp_path / "grpo.yaml"
+    path.write_text(yaml.safe_dump(data))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}
+    cmd = [sys.executable, "-m", "rl_guards.cli.main", "grpo", "--config", str(path)]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = tmp_path / "out"
+    state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
+    assert "GuardRun" in state["stateful_callbacks"]  # the guards' state is saved with the checkpoint
+    logged = {k for entry in state["log_history"] for k in entry}
+    assert {"rl_guards/masking/checked_batches", "rl_guards_task/arith/reward_mean"} <= logged
+    assert RolloutStore(out).steps() == [0, 1]  # rollouts.every_steps=1 from the guards: section
+    assert "dead_groups/dead_task" in done.stdout + done.stderr  # warn_after_steps=2 from the guards: section
