@@ -264,3 +264,23 @@ def test_cli_config_errors_exit_2(cli_dir: Path, capsys: pytest.CaptureFixture[s
     config = _write_config(cli_dir, "err.yaml", text.format(tok=cli_dir / "tok"))
     assert _cli(["preflight", str(config)]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_rloo_config_gets_advice_only_about_its_own_settings(tokenizer: Any, train: Dataset, tmp_path: Path) -> None:
+    from trl import GRPOConfig, RLOOConfig
+
+    from rl_guards.trl.preflight import build_preflight_report
+
+    rloo = RLOOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
+    report = build_preflight_report(rloo, tokenizer, train)
+    codes = {f.code for f in report.sorted_findings()}
+    text = " ".join(f.message for f in report.sorted_findings())
+    assert "rloo_advantages" in codes and "length_normalisation" not in codes and "std_normalisation" not in codes
+    assert "loss_type" not in text and "scale_rewards" not in text and "RLOOConfig default" in text
+
+    class MyGRPOConfig(GRPOConfig):
+        pass
+
+    grpo = MyGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
+    codes = {f.code for f in build_preflight_report(grpo, tokenizer, train).sorted_findings()}
+    assert {"length_normalisation", "std_normalisation"} <= codes and "rloo_advantages" not in codes

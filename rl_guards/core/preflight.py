@@ -78,6 +78,8 @@ class TrainingChoices:
     use_vllm: bool = False
     vllm_mode: str = "colocate"
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    trainer: str = "grpo"  # "grpo" (GRPOConfig and subclasses) or "rloo" (RLOOConfig: no loss_type)
+    normalize_advantages: bool = False  # RLOO only
 
     @classmethod
     def from_args(cls, args: Any, *, world_size: int = 1) -> TrainingChoices:
@@ -90,7 +92,9 @@ class TrainingChoices:
             if raw is _MISSING:
                 continue
             values[f.name] = _plain(raw)
+        values.pop("trainer", None)
         choices = cls(**values, world_size=world_size)
+        choices.trainer = trainer_kind(args)
         args_world = args.get("world_size") if isinstance(args, Mapping) else getattr(args, "world_size", None)
         if args_world is not None and int(args_world) != world_size and choices.steps_per_generation:
             # The config was built on another machine size: recompute the generation batch for this one.
@@ -345,7 +349,9 @@ def check_learning_rate(choices: TrainingChoices) -> list[PreflightFinding]:
         )
     else:
         where = f"above both the full-parameter ({lo:g}..{hi:g}) and LoRA ({lora_lo:g}..{lora_hi:g}) ranges"
-    default = " (TRL's GRPOConfig default)" if math.isclose(lr, 1e-6) else ""
+    default = (
+        f" (TRL's {'RLOO' if choices.trainer == 'rloo' else 'GRPO'}Config default)" if math.isclose(lr, 1e-6) else ""
+    )
     return [
         PreflightFinding(
             "info",
@@ -1020,6 +1026,43 @@ REPORT_CHOICES = (
 )
 
 
+def trainer_kind(args: Any) -> str:
+    """``rloo`` for an RLOOConfig (it has ``normalize_advantages`` and no ``loss_type``), else ``grpo``."""
+
+    def has(name: str) -> bool:
+        return name in args if isinstance(args, Mapping) else hasattr(args, name)
+
+    return "rloo" if has("normalize_advantages") and not has("loss_type") else "grpo"
+
+
+def check_rloo(choices: TrainingChoices) -> list[PreflightFinding]:
+    """What RLOO does with its own settings (it has no loss_type or scale_rewards)."""
+    norm = "normalised (divided by their std across the batch)" if choices.normalize_advantages else "not normalised"
+    return [
+        PreflightFinding(
+            "info",
+            "loss",
+            "rloo_advantages",
+            "RLOO: each completion's advantage is its reward minus the mean reward of the other completions of its "
+            f"prompt (leave-one-out baseline); advantages are {norm} (normalize_advantages="
+            f"{choices.normalize_advantages}). A group whose rewards are all equal still gives zero advantage.",
+            "keep num_generations >= 4 so the leave-one-out baseline is not one other completion",
+        ),
+        PreflightFinding(
+            "info",
+            "loss",
+            "kl",
+            f"beta={choices.beta:g} (RLOOConfig default 0.05): RLOO subtracts beta x the sequence KL to the reference "
+            "model from the reward itself, so the KL term shifts rewards (and the logged reward) rather than the "
+            "loss; beta=0 removes the reference model."
+            if choices.beta
+            else "beta=0: no reference model and no KL term in RLOO's reward.",
+            "TRL rebuilds the reference from the model's name_or_path: pass a saved checkpoint path, not an "
+            "in-memory model",
+        ),
+    ]
+
+
 def check_choices(
     choices: TrainingChoices,
     *,
@@ -1028,12 +1071,15 @@ def check_choices(
     has_rollout_func: bool = False,
 ) -> list[PreflightFinding]:
     """Every check that needs only the training choices (and a length probe)."""
+    loss = (
+        check_rloo(choices)
+        if choices.trainer == "rloo"
+        else [*check_loss_type(choices), *check_scale_rewards(choices), *check_kl(choices)]
+    )
     return [
         *check_lr_schedule(choices),
         *check_learning_rate(choices),
-        *check_loss_type(choices),
-        *check_scale_rewards(choices),
-        *check_kl(choices),
+        *loss,
         *check_group_size(choices),
         *check_truncated_masking(choices),
         *check_completion_length(choices.max_completion_length, length_probe, blocking_ratio=blocking_cap_ratio),
