@@ -292,6 +292,37 @@ class ProbesConfig(GuardConfig):
 
 
 @dataclass
+class DriftConfig(GuardConfig):
+    """Behaviour drift: fixed probe prompts generated at step 0 and at every checkpoint, compared to the baseline."""
+
+    prompts_per_task: int = 2  # probe prompts per task (each generated num_generations times)
+    max_tasks: int = 8  # tasks probed (the most frequent first)
+    seed: int = 0  # picks the probe prompts (from eval_dataset when there is one, else the train set)
+    reward_margin: float = 0.05  # the alarm needs the task's training reward up by this much since the start
+    reward_window: int = 5  # train batches averaged for the start and the recent training reward
+    length_ratio: float = 2.0  # behaviour thresholds: see rl_guards.core.behaviour.Thresholds
+    repetition_rise: float = 0.2
+    distinct_drop: float = 0.3
+    thinking_share_drop: float = 0.5
+    empty_answer_rise: float = 0.3
+    anomaly_rise: float = 0.3
+    terminated_drop: float = 0.3
+    non_ascii_rise: float = 0.2
+
+    def validate(self, prefix: str) -> None:
+        super().validate(prefix)
+        _check_positive(prefix, "prompts_per_task", self.prompts_per_task)
+        _check_positive(prefix, "max_tasks", self.max_tasks)
+        _check_positive(prefix, "reward_window", self.reward_window)
+        _check_positive(prefix, "reward_margin", self.reward_margin, allow_zero=True)
+        if self.length_ratio <= 1:
+            raise ConfigError(f"{prefix}.length_ratio must be > 1, got {self.length_ratio!r}")
+        for name in ("repetition_rise", "distinct_drop", "thinking_share_drop", "empty_answer_rise", "anomaly_rise",
+                     "terminated_drop", "non_ascii_rise"):  # fmt: skip
+            _check_fraction(prefix, name, getattr(self, name))
+
+
+@dataclass
 class RewardErrorsConfig(GuardConfig):
     """A reward function that raises: the rows it raised on are found and shown (raise), or scored None (warn)."""
 
@@ -332,6 +363,7 @@ class GuardsConfig:
     reward_sanity: RewardSanityConfig = field(default_factory=RewardSanityConfig)
     probes: ProbesConfig = field(default_factory=ProbesConfig)
     reward_errors: RewardErrorsConfig = field(default_factory=RewardErrorsConfig)
+    drift: DriftConfig = field(default_factory=DriftConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     def __post_init__(self) -> None:

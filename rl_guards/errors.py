@@ -65,3 +65,7 @@ class RewardProbeError(GuardError):
 
 class RewardFunctionError(GuardError):
     """A reward function raised on some rows (the rows are shown)."""
+
+
+class DriftError(GuardError):
+    """Reward rose while behaviour on fixed probe prompts drifted beyond its thresholds."""

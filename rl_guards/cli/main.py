@@ -8,7 +8,7 @@ import signal
 import sys
 
 # Subcommand modules under rl_guards.cli; each defines register(subparsers) -> None.
-COMMAND_MODULES: list[str] = ["grpo", "check_template", "preflight", "probe_lengths", "rollouts", "report"]
+COMMAND_MODULES: list[str] = ["grpo", "check_template", "preflight", "probe_lengths", "rollouts", "drift", "report"]
 ROLLOUT_ACTIONS = ("list", "show", "compare")
 
 

@@ -49,6 +49,7 @@ WHEN_NONZERO: frozenset[str] = frozenset(
         "template/findings",
         "blind_judge/leak_rate",
         "probes/findings",
+        "drift/alarms",
         "reward_errors/rows",
     }
 )
@@ -56,16 +57,16 @@ WHEN_NONZERO_SUFFIXES: tuple[str, ...] = ("/violations", "/internal_errors")
 # rl_guards' own guards and reward wrappers (a new built-in guard adds its name here and its defaults above)
 BUILTIN_GUARDS: frozenset[str] = frozenset(
     {"masking", "think_tags", "stray_think_penalty", "template", "tasks", "routing", "dead_groups", "truncation",
-     "slicing", "rollouts", "preflight", "reward_sanity", "blind_judge", "probes", "reward_errors", "hook"}
+     "slicing", "rollouts", "preflight", "reward_sanity", "blind_judge", "probes", "reward_errors", "drift", "hook"}
 )  # fmt: skip
 BUILTIN_TASK_METRICS: frozenset[str] = frozenset(
     {"reward_mean", "reward_std", "completion_length", "rows", "groups", "dead_group_share", "dead_all_pass",
      "dead_all_fail", "live_groups", "zero_adv_token_share", "pass_rate", "expected_dead_share", "dead_streak",
      "truncated_rate"}
 )  # fmt: skip
-BUILTIN_TASK_PREFIXES: tuple[str, ...] = ("think/", "reward/")
+BUILTIN_TASK_PREFIXES: tuple[str, ...] = ("think/", "reward/", "drift/")
 TASK_ALWAYS: frozenset[str] = frozenset({"reward_mean", "pass_rate", "dead_group_share", "think/thinking_share"})
-TASK_WHEN_NONZERO: frozenset[str] = frozenset({"truncated_rate", "think/anomalous_rate"})
+TASK_WHEN_NONZERO: frozenset[str] = frozenset({"truncated_rate", "think/anomalous_rate", "drift/moved"})
 # per-task metric -> the TRL metric it equals when every row belongs to one task
 TRL_TWINS_OF_ONE_TASK: dict[str, str] = {
     "reward_mean": "reward",

@@ -306,6 +306,11 @@ class RunContext:
     reward_funcs: list[Any] = field(default_factory=list)  # the trainer's reward function objects
     # where the adapter's reward-function wrappers record rows a function raised on (rl_guards.rewards.row_errors)
     reward_error_log: Any = None
+    # callable(list[row dict]) -> dict | None: generate and score these dataset rows with the trainer's own path,
+    # leaving the trainer's metrics and logs as they were (collective: every rank calls it with the same rows)
+    probe_generate: Any = None
+    # callable(list[list[float]]) -> list[list[float]]: every rank's rows, rank order (collective)
+    all_gather_rows: Any = None
     # callable(list[prompt]) -> list[list[int]]: renders prompts exactly as the trainer does for rollouts
     render_prompts: Any = None
     # callable(list[int]) -> str: decode keeping special tokens

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from rl_guards.guards.base import Guard
 from rl_guards.guards.dead_groups import DeadGroupGuard
+from rl_guards.guards.drift import DriftGuard
 from rl_guards.guards.preflight import PreflightGuard
 from rl_guards.guards.probes import RewardProbeGuard
 from rl_guards.guards.reward_errors import RewardErrorGuard
@@ -35,5 +36,6 @@ BATCH_GUARDS: list[type[Guard]] = [
     SlicingGuard,
     RewardProbeGuard,
     ThinkTagsGuard,
+    DriftGuard,
     RolloutRecorder,
 ]

@@ -49,6 +49,7 @@ class RunData:
     columns: list[tuple[str, list[dict[str, Any]]]] = field(default_factory=list)  # (title, rows) per dump shown
     skipped: dict[str, int] = field(default_factory=dict)  # chart metric -> non-finite values left out of it
     unreadable: list[str] = field(default_factory=list)  # files (and why) that could not be read
+    drift: list[dict[str, Any]] = field(default_factory=list)  # the drift guard's probe records, by step
 
 
 def find_trainer_state(run_dir: str | os.PathLike[str]) -> Path | None:
@@ -138,6 +139,13 @@ def collect(run_dir: str | os.PathLike[str]) -> RunData:
         except Exception as exc:  # a damaged trainer_state.json: the dumps still make a report
             data.unreadable.append(f"{data.trainer_state} ({type(exc).__name__}: {str(exc)[:160]})")
             data.log_curves = {}
+    try:
+        from rl_guards.rollouts.drift_records import find_drift_dir, load_records
+
+        data.drift, bad = load_records(find_drift_dir(run_dir))
+        data.unreadable += [f"drift record {name}" for name in bad]
+    except FileNotFoundError:
+        data.drift = []
     try:
         store: RolloutStore | None = RolloutStore(run_dir)
     except FileNotFoundError:
@@ -405,8 +413,54 @@ def render_html(data: RunData) -> str:
         "visible: ↵ line break, ⇥ tab, · leading/trailing space; special tokens highlighted.</div>"
         f"{_side_by_side(data.columns)}"
         f"<h2>Dumps</h2>{_index_table(data.index)}"
+        f"{_drift_section(data.drift)}"
         "</body></html>"
     )
+
+
+def _drift_section(records: list[dict[str, Any]]) -> str:
+    """Behaviour of the fixed probe prompts per checkpoint, the changes since the baseline, completions side by
+    side (empty when the run has no drift records)."""
+    from rl_guards.rollouts.drift_records import TABLE_STATS, changes, probe_pair, stats_of
+
+    if not records:
+        return ""
+    esc = html.escape
+    parts = [
+        "<h2>Behaviour drift on the probe prompts</h2>",
+        '<div class="meta">The same prompts generated at step 0 (baseline) and at every checkpoint.</div>',
+    ]
+    tasks = sorted({t for r in records for t in r.get("stats", {})})
+    for task in tasks:
+        head = "".join(f"<th>{esc(label)}</th>" for _, label in TABLE_STATS)
+        body = ""
+        for record in records:
+            stats = stats_of(record, task)
+            if stats is None:
+                continue
+            alarm = any(a.get("task") == task for a in record.get("alarms", []))
+            cells = "".join(f"<td>{esc(fmt_value(getattr(stats, key)))}</td>" for key, _ in TABLE_STATS)
+            body += f"<tr{' class=bad' if alarm else ''}><td>{esc(str(record['step']))}</td>{cells}</tr>"
+        parts.append(f"<h3>task {esc(task)}</h3><table><tr><th>step</th>{head}</tr>{body}</table>")
+    for task, step, drifts in changes(records):
+        if not drifts:
+            continue
+        items = "".join(f"<li>{esc(d.describe())}</li>" for d in drifts)
+        parts.append(f"<h3>task {esc(task)}: changes since the baseline (step {step})</h3><ul>{items}</ul>")
+        pair = probe_pair(records, task)
+        if pair is not None:
+            before, after = pair
+            parts.append(
+                f'<div class="meta">probe prompt: {esc(str(before.get("prompt", ""))[-300:])}</div>'
+                "<table><tr><th>baseline</th><th>step " + esc(str(step)) + "</th></tr><tr>"
+                f"<td>{_pre(str(before.get('completion', '')))}</td><td>{_pre(str(after.get('completion', '')))}</td>"
+                "</tr></table>"
+            )
+    return "".join(parts)
+
+
+def fmt_value(value: Any) -> str:
+    return "—" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
 def write_report(

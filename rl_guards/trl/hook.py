@@ -248,6 +248,71 @@ class GuardRun(TrainerCallback, ExportableState):
 
         trainer._calculate_rewards = _calculate_rewards
         trainer._generate_and_score_completions = _generate_and_score_completions
+        self._original_generate = original_generate
+        self.ctx.probe_generate = self._probe_generate
+        self.ctx.all_gather_rows = self._all_gather_rows
+
+    def _probe_generate(self, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """Generate and score ``rows`` (each ``num_generations`` times) with the trainer's own path, outside of
+        training: the trainer's metrics, completions table and token count are restored afterwards and no guard
+        sees the batch. Returns this rank's completions: ids (unpadded), terminated flags, rewards per function."""
+        import copy
+
+        import torch
+
+        trainer = self.trainer
+        training = bool(getattr(trainer.model, "training", True))
+        group = int(
+            trainer.num_generations
+            if training
+            else (getattr(trainer, "num_generations_eval", None) or trainer.num_generations)
+        )
+        inputs = [dict(row) for row in rows for _ in range(group)]
+        saved = (copy.deepcopy(trainer._metrics), copy.deepcopy(getattr(trainer, "_logs", None)),
+                 getattr(trainer.state, "num_input_tokens_seen", None))  # fmt: skip
+        try:
+            with torch.no_grad():
+                output = self._original_generate(inputs)
+            pending = self._pending_rewards
+        finally:
+            trainer._metrics = saved[0]
+            if saved[1] is not None:
+                trainer._logs = saved[1]
+            if saved[2] is not None:
+                trainer.state.num_input_tokens_seen = saved[2]
+            self._pending_rewards = None
+            if self.ctx.reward_error_log is not None:
+                self.ctx.reward_error_log.take()
+        ids = output["completion_ids"].detach().cpu()
+        mask = output["completion_mask"].detach().cpu()
+        eos = set(self.ctx.eos_token_ids)
+        completions = [
+            [int(t) for t, m in zip(row, keep, strict=True) if m]
+            for row, keep in zip(ids.tolist(), mask.tolist(), strict=True)
+        ]
+        rewards = torch.as_tensor(pending[4]).detach().float().cpu() if pending is not None else None
+        n_local = len(completions)
+        start = self.ctx.process_index * n_local if rewards is not None and rewards.shape[0] != n_local else 0
+        local = rewards[start : start + n_local].tolist() if rewards is not None else [[] for _ in completions]
+        weights = getattr(trainer, "reward_weights", None)
+        return {
+            "group_size": group,
+            "completion_ids": completions,
+            "terminated": [bool(c) and c[-1] in eos for c in completions],
+            "rewards": [[None if v != v else float(v) for v in row] for row in local],
+            "reward_names": list(self.ctx.reward_func_names),
+            "reward_weights": [float(w) for w in weights.tolist()] if weights is not None else None,
+        }
+
+    def _all_gather_rows(self, rows: list[list[float]]) -> list[list[float]]:
+        """Every rank's numeric rows (rank order); this rank's alone without a process group."""
+        import torch
+
+        if self.ctx.world_size <= 1 or not collectives.distributed():
+            return rows
+        width = len(rows[0]) if rows else 0
+        local = torch.tensor(rows, dtype=torch.float64).reshape(len(rows), width).to(self._device())
+        return collectives.all_gather_rows(local).cpu().tolist()
 
     def _catch_reward_errors(self) -> None:
         """Wrap each plain reward function so that rows it raises on are scored None and reported, not fatal."""
