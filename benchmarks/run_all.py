@@ -35,6 +35,8 @@ PRESETS: dict[str, list[str]] = {
     "bench_task_guards.py": ["512", "1024"],  # rows, tokens per completion
     "bench_masks.py": ["3"],  # repeats
     "bench_tiny_fixture.py": [],
+    "bench_scale.py": [],  # issue 12's figures side by side (real 2-process gloo runs)
+    "bench_checks_cost.py": [],  # drift probe generations and reward-probe calls, as shares of a run
 }
 # Scripts never run here, and why (RESULTS.md lists them).
 NOT_RUN: dict[str, str] = {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up the project on a fresh machine and run the main job or the tests.
 #   bash scripts/dev.sh example   # venv + install + real GRPO run with all guards (tiny offline model)
-#   bash scripts/dev.sh test      # venv + install + the whole test suite (slow tests included)
+#   bash scripts/dev.sh test      # venv + install + the whole test suite (slow tests included), on the newest
+#                                 # supported TRL (.venv) and again on the oldest (.venv-trl-oldest: TRL 1.13)
 #   bash scripts/dev.sh setup     # venv + install only
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,22 @@ setup() {
   # torch first and pinned: 2.13.0 is the CPU wheel; an unpinned spec can pull a multi-GB CUDA build.
   "$VENV/bin/python" -m pip install -q "torch==2.13.0"
   "$VENV/bin/python" -m pip install -q -e ".[dev]"
+}
+
+OLDEST_VENV=${OLDEST_VENV:-.venv-trl-oldest}
+OLDEST_PINS=("trl==1.13.*" "transformers==5.0.*")  # the oldest stack pyproject admits
+
+setup_oldest() {
+  if [ ! -x "$OLDEST_VENV/bin/python" ]; then
+    "$PY" -m venv "$OLDEST_VENV"
+  fi
+  "$OLDEST_VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+  "$OLDEST_VENV/bin/python" -m pip install -q "torch==2.13.0"
+  "$OLDEST_VENV/bin/python" -m pip install -q -e ".[dev]" "${OLDEST_PINS[@]}"
+}
+
+stack() {
+  "$1/bin/python" -c "import trl, transformers, torch; print(f'== suite on trl {trl.__version__}, transformers {transformers.__version__}, torch {torch.__version__}')"
 }
 
 ensure_chromium() {
@@ -42,7 +59,15 @@ case "${1:-}" in
     setup
     ensure_chromium
     "$VENV/bin/ruff" check .
-    "$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=15 ;;
+    stack "$VENV"
+    newest=0
+    "$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=15 || newest=$?
+    setup_oldest
+    stack "$OLDEST_VENV"
+    oldest=0
+    "$OLDEST_VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=5 || oldest=$?
+    echo "== newest stack: exit $newest; oldest stack: exit $oldest"
+    [ "$newest" = 0 ] && [ "$oldest" = 0 ] ;;
   *)
     echo "usage: bash scripts/dev.sh {setup|example|test}" >&2; exit 2 ;;
 esac

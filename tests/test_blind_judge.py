@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from rl_guards.core.think_markup import GEMMA4
+from rl_guards.errors import ConfigError
 from rl_guards.guards.base import RLGuardsWarning
 from rl_guards.rewards.blind_judge import (
     LEAK_METRIC,
@@ -113,6 +114,12 @@ def test_pickle_round_trip() -> None:
 
 
 def test_async_judge() -> None:
+    from rl_guards.rewards.callables import trl_awaits_async_objects
+
+    if not trl_awaits_async_objects():  # TRL 1.13: the wrapper would be called without being awaited
+        with pytest.raises(ConfigError, match=r"needs TRL >= 1\.14"):
+            blind_judge(async_judge)
+        return
     from trl.trainer.utils import is_async_callable
 
     SEEN.clear()

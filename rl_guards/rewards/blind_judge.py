@@ -30,7 +30,7 @@ from typing import Any
 from rl_guards.core.completions import completion_text
 from rl_guards.core.think_markup import PARTIAL_TAG, THINK, ThinkMarkup, scan, strip_thinking
 from rl_guards.guards.base import RLGuardsWarning
-from rl_guards.rewards.callables import is_async_reward, reward_name
+from rl_guards.rewards.callables import is_async_reward, require_async_support, reward_name
 from rl_guards.rewards.stray_think import resolve_markup
 
 logger = logging.getLogger("rl_guards")
@@ -182,5 +182,6 @@ def blind_judge(
     thinking_column: str = "enable_thinking",
 ) -> BlindJudge:
     """Wrap a reward function / LLM judge so it sees final answers only (or, ``check_only``, audit its inputs)."""
+    require_async_support(reward_fn, "blind_judge")
     cls = AsyncBlindJudge if is_async_reward(reward_fn) else BlindJudge
     return cls(reward_fn, markup, check_only=check_only, thinking_column=thinking_column)

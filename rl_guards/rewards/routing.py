@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rl_guards.errors import ConfigError
-from rl_guards.rewards.callables import is_async_reward, reward_name
+from rl_guards.rewards.callables import is_async_reward, require_async_support, reward_name
 
 __all__ = ["AsyncRoutedReward", "RoutedReward", "reward_name", "route"]
 
@@ -146,6 +146,7 @@ def route(routes: dict[str, list[Callable[..., Any]]], task_column: str = "task"
     declared = {str(task): [reward_name(fn) for fn in funcs] for task, funcs in routes.items()}
     out: list[RoutedReward] = []
     for fn in order:
+        require_async_support(fn, "route")
         cls = AsyncRoutedReward if is_async_reward(fn) else RoutedReward
         out.append(cls(fn, tasks_of[id(fn)], declared, task_column))
     return out

@@ -52,6 +52,7 @@ from rl_guards.errors import ConfigError, GuardError
 from rl_guards.guards.base import Finding, Guard, GuardSession, RLGuardsWarning, RunContext, run_hook
 from rl_guards.guards.registry import BATCH_GUARDS
 from rl_guards.guards.think_tags import markup_from_config
+from rl_guards.rewards.callables import is_async_reward, trl_awaits_async_objects
 from rl_guards.rewards.row_errors import CatchRowErrors, RowErrorLog, catch_row_errors
 from rl_guards.trl import collectives
 from rl_guards.trl.log_routing import SignalRouter
@@ -320,9 +321,13 @@ class GuardRun(TrainerCallback, ExportableState):
         if not self.config.reward_errors.enabled or not isinstance(funcs, list):
             return
         log = RowErrorLog()
+        async_ok = trl_awaits_async_objects()  # TRL 1.13 awaits only plain coroutine functions: leave those as is
         for index, fn in enumerate(funcs):
-            if callable(fn) and not isinstance(fn, CatchRowErrors) and not hasattr(fn, "forward"):
-                funcs[index] = catch_row_errors(fn, index, log)
+            if not callable(fn) or isinstance(fn, CatchRowErrors) or hasattr(fn, "forward"):
+                continue
+            if is_async_reward(fn) and not async_ok:
+                continue
+            funcs[index] = catch_row_errors(fn, index, log)
         self.ctx.reward_error_log = log
 
     # ----- per batch -------------------------------------------------------------------------------------
