@@ -17,6 +17,12 @@ from rl_guards.trl.grpo_masks import GRPOMaskGuard, check_grpo_batch, tool_resul
 RAISE = {"masking": {"mode": "raise"}}
 
 
+def _eos_ids(trainer: Any) -> list[int]:
+    """The end-of-sequence ids the trainer stops on: TRL >= 1.14 exposes them; TRL 1.13 uses the tokenizer's."""
+    ids = getattr(trainer, "eos_token_ids", None)
+    return list(ids) if ids else [trainer.processing_class.eos_token_id]
+
+
 def capture(trainer: Any, plant: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Wrap the trainer's rollout method (before install, so the guard sees the result); optionally corrupt it."""
     seen: list[dict[str, Any]] = []
@@ -49,7 +55,7 @@ def test_clean_run_is_silent(make_grpo_trainer: Any, mask_truncated: bool) -> No
     assert history and not any("rl_guards/masking/violating_rows" in row for row in trainer.state.log_history)
 
     # The same batches, checked without a trainer, through the pure-tensor entry point and the row reference.
-    eos, pad = trainer.eos_token_ids, trainer.processing_class.pad_token_id
+    eos, pad = _eos_ids(trainer), trainer.processing_class.pad_token_id
     has_eos = truncated = 0
     for output in seen:
         assert check_grpo_batch(output, eos_token_ids=eos, pad_token_id=pad, mask_truncated=mask_truncated).ok
@@ -137,7 +143,7 @@ def test_tool_markers_match_trls_tool_suffix(tiny: Any) -> None:
     assert tok.decode(head) == "\n<|im_start|>user\n<tool_response>"
     assert tok.decode(tail) == "</tool_response><|im_end|>\n<|im_start|>assistant\n"
 
-    eos, pad = trainer.eos_token_ids, tok.pad_token_id
+    eos, pad = _eos_ids(trainer), tok.pad_token_id
     model_turn = [*tok("<tool_call>\n{}\n</tool_call>", add_special_tokens=False)["input_ids"], 2050]
     answer = [*tok("It is 5.", add_special_tokens=False)["input_ids"], 2050]
     rows, tool_masks = [], []
