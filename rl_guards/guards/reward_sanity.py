@@ -18,6 +18,7 @@ from rl_guards.rewards.reference_pairs import (
     reference_column,
 )
 from rl_guards.rewards.sanity import check_reward_sanity, load_reward_cases, sanity_message
+from rl_guards.rewards.slicing import drain_watched
 
 
 class RewardSanityGuard(Guard):
@@ -113,6 +114,7 @@ class RewardSanityGuard(Guard):
             weights = [1.0] * len(funcs)
         markup = markup_from_config(self.guards_config.think_tags, self.ctx.template_text)
         result = check_reference_pairs(funcs, rows, weights=weights, markup=markup)
+        drain_watched()  # what a watch_inputs judge saw of these made-up answers is not the run's
         inverted = [k for k in result.inverted if k[0] not in cfg.shaping]
         named = bool(cfg.reference_column) or any(column in _params(f) for f in funcs)
         blind = result.total_blind if named else []

@@ -54,6 +54,7 @@ from rl_guards.guards.registry import BATCH_GUARDS
 from rl_guards.guards.think_tags import markup_from_config
 from rl_guards.rewards.callables import is_async_reward, trl_awaits_async_objects
 from rl_guards.rewards.row_errors import CatchRowErrors, RowErrorLog, catch_row_errors
+from rl_guards.rewards.slicing import drain_watched
 from rl_guards.trl import collectives
 from rl_guards.trl.log_routing import SignalRouter
 
@@ -284,6 +285,7 @@ class GuardRun(TrainerCallback, ExportableState):
             self._pending_rewards = None
             if self.ctx.reward_error_log is not None:
                 self.ctx.reward_error_log.take()
+            drain_watched()  # a watched judge's inputs of the probe batch are not a training batch's
         ids = output["completion_ids"].detach().cpu()
         mask = output["completion_mask"].detach().cpu()
         eos = set(self.ctx.eos_token_ids)
