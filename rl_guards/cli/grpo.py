@@ -61,12 +61,9 @@ def split_guards(argv: list[str], workdir: Path) -> tuple[list[str], GuardsConfi
     config_path, rest = _pop_option(argv, "--config")
     section: Any = None
     if config_path is not None:
-        try:
-            data = yaml.safe_load(Path(config_path).read_text(encoding="utf-8")) or {}
-        except OSError as exc:
-            raise ConfigError(f"--config {config_path}: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ConfigError(f"--config {config_path}: expected a mapping at the top level")
+        from rl_guards.cli.preflight import read_config
+
+        data = read_config(config_path)
         for key in GUARDS_KEYS:
             if key in data:
                 section = data.pop(key)
