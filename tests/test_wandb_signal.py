@@ -155,3 +155,14 @@ def test_a_stop_leaves_an_alert_the_finding_and_the_failing_batch_in_wandb(
     assert run.summary["rl_guards/stopped_by"] == "masking/post_eos at step 2"
     violating = [v for _, v in run.series("rl_guards/masking/violating_rows")]
     assert violating and violating[-1] > 0  # the failing batch's metrics, logged before the raise
+
+
+def test_drift_probe_completions_reach_a_wandb_table(example_run: tuple[OfflineRun, str]) -> None:
+    run, _ = example_run
+    tables = [
+        json.loads(p.read_text()) for p in run.table_files if p.name.startswith("probes_")
+    ]  # rl_guards/drift/probes
+    assert tables, [p.name for p in run.table_files]  # the baseline at train start, then each checkpoint
+    assert tables[0]["columns"] == ["step", "task", "prompt", "completion"]
+    assert {row[1] for t in tables for row in t["data"]} == {"arith", "echo"}
+    assert tables[0]["data"][0][0] == 0  # the baseline
