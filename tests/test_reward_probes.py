@@ -159,3 +159,19 @@ def test_a_function_that_fails_on_variants_is_left_out(make_grpo_trainer: Any) -
     run = _run(make_grpo_trainer, [picky, arith_correct], PLAIN)
     assert run.guard("probes").probes_run == 1 and len(calls) >= 2
     assert not [f for f in run.findings if f.guard in ("probes", "hook")], run.summary()
+
+
+def test_a_format_reward_is_not_blamed_while_nobody_is_right_yet(make_grpo_trainer: Any) -> None:
+    # No reference column the probes know ('expected'), nobody right at step 0: the group's best completion earns
+    # only the format reward, so an empty answer in the right format earning as much says nothing.
+    from trl.rewards import think_format_reward
+
+    def correct(completions: list[Any], expected: list[str], **kwargs: Any) -> list[float]:
+        return [
+            float(final_answer(completion_text(c)).strip() == e) for c, e in zip(completions, expected, strict=True)
+        ]
+
+    data = make_dataset(tasks=("arith",), thinking=True).rename_column("answer", "expected")
+    run = _run(make_grpo_trainer, [correct, think_format_reward], data)
+    assert run.guard("probes").probes_run == 1
+    assert not [k for k in _kinds(run) if k.startswith("hackable")], run.summary()

@@ -183,6 +183,7 @@ def judge(
     check_prefix: bool = True,
     check_thinking: bool = True,
     format_matters: bool = False,
+    strict: bool = False,
 ) -> list[ProbeFinding]:
     """One function's findings from its scores of ``variants`` (None: it did not score that variant).
 
@@ -191,6 +192,8 @@ def judge(
     completion reached (a hack whose total stays below it is not reward the policy can earn).
     ``format_matters``: some function of the run pays the bare reference answer less than the same answer after a
     think block; only then is the bare answer judged (a run that rewards no format does not ask for the block).
+    ``strict``: the run's total does not tell a right answer from a wrong one on this row (nobody in the group is
+    right yet and there is no reference), so only a variant that earns strictly more than the best is flagged.
     """
     by_label = {v.label: s for v, s in zip(variants, scores, strict=True)}
     pairs = list(dict.fromkeys(v.label.split(":")[0] for v in variants if v.probe == PREFIX))
@@ -225,13 +228,14 @@ def judge(
                 )
     if best is None or worst is None or best - worst <= EPS:
         return out
+    margin = EPS if strict else -EPS  # strictly above the best, or at least as much
     for v in variants:
         score = by_label.get(v.label)
-        if v.probe != HACKABLE or score is None or score < best - EPS:
+        if v.probe != HACKABLE or score is None or score <= best + margin:
             continue
         if v.label == REFERENCE_ALONE and not format_matters:
             continue
-        if totals is not None and best_total is not None and totals.get(v.label, best_total) < best_total - EPS:
+        if totals is not None and best_total is not None and totals.get(v.label, best_total) <= best_total + margin:
             continue  # another function keeps the total below the best completion's: not earnable
         out.append(
             ProbeFinding(

@@ -277,6 +277,11 @@ class RewardProbeGuard(Guard):
             if pair.name.startswith("reference"):
                 best_total = max(best_total, totals_of.get(f"{pair.name}:good@0", best_total))
         labels = [v.label for v in variants]
+        # where the run's total does not pay a right answer more than a wrong one on this row (nobody right yet, no
+        # reference), "as much as the best" says nothing: a degenerate variant must earn strictly more
+        informative = any(
+            totals_of.get(f"{p.name}:good@0", 0.0) > totals_of.get(f"{p.name}:bad@0", 0.0) + 1e-9 for p in pairs
+        )
         format_matters = (
             REFERENCE_ALONE in labels
             and "reference:good@0" in labels
@@ -302,6 +307,7 @@ class RewardProbeGuard(Guard):
                 check_prefix=name not in self.config.prefix_ok,
                 check_thinking=name not in self.config.process_rewards,
                 format_matters=format_matters,
+                strict=not informative,
             )
             for finding in findings:
                 bits |= bit(index, finding.probe)
