@@ -97,6 +97,9 @@ class ThinkTagsConfig(GuardConfig):
     open_tag: str = "<think>"  # opening tag of the reasoning block
     close_tag: str = "</think>"  # closing tag of the reasoning block
     thinking_column: str = "enable_thinking"  # per-row thinking flag column, if the dataset has it
+    # render each prompt with its row's thinking_column as enable_thinking (TRL renders every prompt with one global
+    # chat_template_kwargs): what honour_thinking_column(trainer) does, for rl-guards grpo and the callback route
+    per_row_thinking: bool = False
     max_anomaly_rate: float = 0.5  # warn/raise when the share of anomalous completions exceeds this
     # the thinking / non-thinking mix the run aims at (e.g. 0.5); None = not checked
     target_thinking_share: float | None = None

@@ -71,6 +71,24 @@ def test_guards_section_and_overrides_apply(tiny: Any, tmp_path: Path, capsys: p
     assert main(["preflight", str(path), "--guards_set", "template.mode=raise"]) == 1
 
 
+def test_per_row_thinking_from_the_config_passes_both(
+    tiny: Any, tmp_path: Path, make_grpo_trainer: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The fix the mixed-column message names, reachable without code (rl-guards grpo, callbacks): the guards config.
+    path = _config(tiny, tmp_path, "mixed", guards={"think_tags": {"per_row_thinking": True}})
+    assert main(["preflight", str(path)]) == 0
+    assert "thinking_flag_ignored" not in capsys.readouterr().out
+    trainer = make_grpo_trainer(
+        train_dataset=make_dataset(thinking="mixed"), max_steps=1, chat_template_kwargs={"enable_thinking": True}
+    )
+    run = rl_guards.install(trainer, {"think_tags": {"per_row_thinking": True}})
+    trainer.train()
+    assert not [f for f in run.findings if f.severity == "error"], run.summary()
+    prompts = [trainer.processing_class.decode(ids) for ids in run.last_batch.prompt_ids if ids]
+    assert any(p.rstrip().endswith("</think>") for p in prompts)  # non-thinking rows rendered with the empty block
+    assert any(not p.rstrip().endswith("</think>") for p in prompts)  # thinking rows without it
+
+
 def test_reward_sanity_runs_on_the_scripts_reward_functions(
     tiny: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -131,8 +131,9 @@ class DoubleThinkGuard(Guard):
         return (
             f"{wrong}/{len(flags)} rows have {column}={not run_mode}, but GRPOTrainer renders every prompt with one "
             f"global chat_template_kwargs (enable_thinking={run_mode}): those rows are rendered in the wrong mode "
-            "and their rewards judge the wrong thing. Fix: rl_guards.trl.thinking_mix.honour_thinking_column(trainer) "
-            "before trainer.train(), or drop the column"
+            "and their rewards judge the wrong thing. Fix: set think_tags.per_row_thinking: true in the guards config "
+            "(or call rl_guards.trl.thinking_mix.honour_thinking_column(trainer) before trainer.train()), or drop "
+            "the column"
         )
 
     def on_train_begin(self, report: Reporter) -> None:

@@ -130,6 +130,11 @@ class GuardRun(TrainerCallback, ExportableState):
         self._task_registry: dict[int, str] = {}  # task_hash -> name, the same on every rank
         self._held_stop: GuardError | None = None  # found between batches; raised at the next agreement
 
+        if config.think_tags.per_row_thinking:
+            from rl_guards.trl.thinking_mix import PER_ROW_ATTR, honour_thinking_column
+
+            if getattr(trainer.args, PER_ROW_ATTR, None) is None:  # not already done by hand
+                honour_thinking_column(trainer, column=config.think_tags.thinking_column)
         self.guards: list[Guard] = [cls(config) for cls in guard_classes]
         self.guards = [g for g in self.guards if g.enabled]
         self.ctx = self._build_context()

@@ -118,6 +118,10 @@ def run_start_checks(
     """Every start-of-training check on ``ctx``; never raises for a finding (the verdict carries the stop)."""
     session = GuardSession()
     session.defer = True
+    if config.think_tags.per_row_thinking and ctx.args is not None:  # as install() would render the rows
+        from rl_guards.trl.thinking_mix import PER_ROW_ATTR
+
+        setattr(ctx.args, PER_ROW_ATTR, config.think_tags.thinking_column)
     guards = start_guards(config, guard_classes)
     stop: GuardError | None = None
     session.phase = "begin"
