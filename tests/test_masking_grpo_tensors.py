@@ -84,17 +84,33 @@ def _set(key: str, row: int, cols: slice | int, value: int) -> Callable[[dict[st
 
 
 def _leak_tail(out: dict[str, Any]) -> None:
-    # Off-by-two slicing for row 0: the completion starts with the prompt's last two tokens.
+    # Row 0 starts with its prompt's last two tokens (one row: the model may write that, e.g. an echo).
     out["completion_ids"][0, :2] = out["prompt_ids"][0, -2:]
 
 
 def _leak_one_all(out: dict[str, Any]) -> None:
+    # Every row starts with its prompt's last token: a collapsing policy writing "\n" first (issue 20 #3).
     out["completion_ids"][:, 0] = out["prompt_ids"][:, -1]
 
 
 def _leak_head(out: dict[str, Any]) -> None:
-    # The whole prompt came back inside the completion (row 2's prompt has 4 tokens; no left padding).
+    # Row 2 starts with its whole prompt (4 tokens, no EOS among them): one row, the model may copy its prompt.
     out["completion_ids"][2, :4] = out["prompt_ids"][2, :4]
+
+
+def _leak_past_eos(out: dict[str, Any]) -> None:
+    # Row 2's prompt (4 tokens) ends with an end of turn and a header; its completion starts with them: generation
+    # stops at EOS, so the model cannot have written them. Its mask ends at that EOS, as TRL builds it from the ids.
+    out["prompt_ids"][2, -3:] = torch.tensor([EOS, 90, 91])
+    out["completion_ids"][2, :3] = torch.tensor([EOS, 90, 91])
+    out["completion_mask"][2, 1:] = 0
+
+
+def _overlap_every_row(out: dict[str, Any]) -> None:
+    # Every row starts with the same two prompt tokens (a shared generation-prompt tail): a slice two tokens early,
+    # or the model writing the header again. A warning, never a stop.
+    out["prompt_ids"][:, -2:] = torch.tensor([90, 91])
+    out["completion_ids"][:, :2] = torch.tensor([90, 91])
 
 
 CASES: list[tuple[str, Callable[[dict[str, Any]], None] | None, bool, set[str], int | None]] = [
@@ -108,9 +124,11 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None] | None, bool, set[str], 
     ("truncated_zeroed_without_flag", _set("completion_mask", 2, slice(None), 0), False, {M.MISSING_LOSS}, 2),
     ("truncated_unmasked", _set("completion_mask", 2, slice(0, 4), 1), True, {M.TRUNCATED_UNMASKED}, 2),
     ("mask_value_two", _set("completion_mask", 0, 1, 2), False, {M.MASK_VALUES}, 0),
-    ("prompt_leak_tail", _leak_tail, False, {M.PROMPT_LEAK}, 0),
-    ("prompt_leak_one_token_every_row", _leak_one_all, False, {M.PROMPT_LEAK}, 0),
-    ("prompt_leak_head", _leak_head, False, {M.PROMPT_LEAK}, 2),
+    ("prompt_overlap_one_row_is_no_leak", _leak_tail, False, set(), None),
+    ("one_token_overlap_every_row_is_no_leak", _leak_one_all, False, set(), None),
+    ("whole_prompt_on_one_row_is_no_leak", _leak_head, False, set(), None),
+    ("prompt_leak_past_eos", _leak_past_eos, False, {M.PROMPT_LEAK}, 2),
+    ("prompt_overlap_every_row", _overlap_every_row, False, {M.PROMPT_OVERLAP}, 1),
     ("prompt_mask_attends_padding", _set("prompt_mask", 0, slice(None), 1), False, {M.PROMPT_MASK}, 0),
     ("prompt_mask_hides_token", _set("prompt_mask", 2, 1, 0), False, {M.PROMPT_MASK}, 2),
 ]
@@ -308,7 +326,7 @@ def reference_kinds(out: dict[str, Any], mask_truncated: bool, head: list[int], 
     tms = out["tool_mask"].tolist() if "tool_mask" in out else [None] * len(ids)
     pids, pms = out["prompt_ids"].tolist(), out["prompt_mask"].tolist()
     kinds = []
-    ones = []
+    prompts = []
     for i in range(len(ids)):
         row = M.check_completion_row(
             ids[i],
@@ -324,14 +342,14 @@ def reference_kinds(out: dict[str, Any], mask_truncated: bool, head: list[int], 
             row.add(M.PROMPT_MASK)
         # The prompt is read as its last n positions, n = ones in prompt_mask (what left padding means).
         n = sum(1 for m in pms[i] if m)
-        prompt = pids[i][len(pids[i]) - n :]
-        if M.prompt_leak_length(prompt, ids[i]) >= 2:
-            row.add(M.PROMPT_LEAK)
-        ones.append(bool(prompt) and bool(ids[i]) and ids[i][0] == prompt[-1])
+        prompts.append(pids[i][len(pids[i]) - n :])
         kinds.append(row)
-    if len(ids) >= M.UNIFORM_LEAK_MIN_ROWS and all(ones):
-        for row in kinds:
+    certain, suspected = M.prompt_leak_verdicts(prompts, ids, eos_token_ids=EOS_IDS)
+    for row, leak, overlap in zip(kinds, certain, suspected, strict=True):
+        if leak:
             row.add(M.PROMPT_LEAK)
+        if overlap:
+            row.add(M.PROMPT_OVERLAP)
     return kinds
 
 

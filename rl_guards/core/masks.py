@@ -21,7 +21,8 @@ PADDING = "padding"  # loss on the padding of a completion that has no EOS
 TRUNCATED_UNMASKED = "truncated_unmasked"  # mask_truncated_completions=True, yet a truncated row carries loss
 MISSING_LOSS = "missing_loss"  # a generated token up to the first EOS carries no loss
 TOOL_MASK = "tool_mask"  # tool_mask does not line up with the tool results
-PROMPT_LEAK = "prompt_leak"  # completion_ids start with the prompt's own tokens
+PROMPT_LEAK = "prompt_leak"  # completion_ids start with prompt tokens the model cannot have generated
+PROMPT_OVERLAP = "prompt_overlap"  # every row starts with the same prompt tokens: a slice bug, or the model (warned)
 PROMPT_MASK = "prompt_mask"  # prompt_mask is not a left-padded block matching prompt_ids != pad
 
 # Reporting order: what corrupts gradients most directly first.
@@ -34,8 +35,13 @@ GRPO_KINDS: tuple[str, ...] = (
     TOOL_MASK,
     PROMPT_LEAK,
     PROMPT_MASK,
+    PROMPT_OVERLAP,
 )
-COMPLETION_KINDS = frozenset({MASK_VALUES, POST_EOS, PADDING, TRUNCATED_UNMASKED, MISSING_LOSS, TOOL_MASK, PROMPT_LEAK})
+COMPLETION_KINDS = frozenset(
+    {MASK_VALUES, POST_EOS, PADDING, TRUNCATED_UNMASKED, MISSING_LOSS, TOOL_MASK, PROMPT_LEAK, PROMPT_OVERLAP}
+)
+# Kinds the model's own choice of tokens can produce: evidence for a warning, never a stop.
+SUSPECTED_KINDS = frozenset({PROMPT_OVERLAP})
 
 PROMPT_TRAINED = "prompt_trained"  # SFT: a system/user/tool/header token has a label
 ASSISTANT_UNTRAINED = "assistant_untrained"  # SFT: an assistant token (or its end-of-turn) has label -100
@@ -44,9 +50,10 @@ LABEL_MISMATCH = "label_mismatch"  # SFT: a trained label differs from the input
 SFT_KINDS: tuple[str, ...] = (NOTHING_TRAINED, PROMPT_TRAINED, ASSISTANT_UNTRAINED, LABEL_MISMATCH)
 
 IGNORE_INDEX = -100  # the label of a token that carries no loss (PyTorch cross-entropy's ignore_index)
-LEAK_WINDOW = 8  # prompt tail lengths compared with a completion's head
-REPEAT_WINDOW = 4  # prompt head length compared with a completion's head
-UNIFORM_LEAK_MIN_ROWS = 4  # a 1-token leak counts only when every row of a batch this large shows it
+LEAK_WINDOW = 16  # prompt tail lengths compared with a completion's head (a non-thinking Qwen3 header is 8)
+REPEAT_WINDOW = 4  # a completion starting with this many of the prompt's first tokens repeats the prompt
+HEAD_WINDOW = 64  # how far a repeat of the prompt's head is followed
+UNIFORM_LEAK_MIN_ROWS = 4  # prompt_overlap: every row of a batch at least this large must show it
 
 MASKED_OPEN, MASKED_CLOSE = "⟦", "⟧"
 TRAINED_OPEN, TRAINED_CLOSE = "«", "»"
@@ -272,21 +279,56 @@ def check_prompt_row(prompt_ids: Sequence[int], prompt_mask: Sequence[int], *, p
     return bad
 
 
-def prompt_leak_length(prompt_ids: Sequence[int], completion_ids: Sequence[int], *, window: int = LEAK_WINDOW) -> int:
-    """How many of the completion's first tokens repeat the (unpadded) prompt: its tail or, from 2 tokens, its head.
-
-    Returns the longest ``k`` (``1..window``) with ``completion[:k] == prompt[-k:]``, else the head length when the
-    completion starts with the prompt's first ``min(4, len)`` tokens (at least 2), else 0. Callers decide how much a
-    1-token overlap means (a lone newline repeats by chance).
-    """
-    best = 0
-    for k in range(1, min(window, len(prompt_ids), len(completion_ids)) + 1):
+def prompt_overlap_length(prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> int:
+    """How many of the completion's first tokens repeat the (unpadded) prompt, from 2 tokens: its tail (up to
+    ``LEAK_WINDOW``) or its head (at least ``REPEAT_WINDOW`` tokens, or the whole prompt; followed up to
+    ``HEAD_WINDOW``); 0 when neither. A single repeated token (a newline) is never counted: it happens by chance."""
+    tail = 0
+    for k in range(2, min(LEAK_WINDOW, len(prompt_ids), len(completion_ids)) + 1):
         if list(completion_ids[:k]) == list(prompt_ids[-k:]):
-            best = k
-    m = min(REPEAT_WINDOW, len(completion_ids))
-    if best < 2 and m >= 2 and len(prompt_ids) >= m and list(completion_ids[:m]) == list(prompt_ids[:m]):
-        best = m
-    return best
+            tail = k
+    head = 0
+    for a, b in zip(completion_ids[:HEAD_WINDOW], prompt_ids[:HEAD_WINDOW], strict=False):
+        if a != b:
+            break
+        head += 1
+    counted = head >= REPEAT_WINDOW or (head == len(prompt_ids) and head >= 2)
+    return max(tail, head if counted else 0)
+
+
+def prompt_leak_verdicts(
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    *,
+    eos_token_ids: Sequence[int],
+    markup_ids: Sequence[int] = (),
+) -> tuple[list[int], list[bool]]:
+    """Per row: the certain leak length (0: none) and whether the row shows a suspected overlap.
+
+    Certain (``prompt_leak``): the overlap holds an end-of-sequence token followed by more of the prompt. Generation
+    stops at EOS, so the model cannot have produced these tokens: the rollout path put prompt tokens into
+    ``completion_ids``. Suspected (``prompt_overlap``, a warning): in a batch of at least ``UNIFORM_LEAK_MIN_ROWS``
+    rows, every row overlaps its prompt by 2+ tokens and the overlap is either the same tokens on every row (the
+    template's generation prompt again) or the whole prompt, and is not only think tags and whitespace. A
+    collapsing policy can write that itself, so it is never a stop.
+    """
+    eos = {int(e) for e in eos_token_ids}
+    markup = {int(t) for t in markup_ids}
+    lengths = [prompt_overlap_length(p, c) for p, c in zip(prompts, completions, strict=True)]
+    certain = [
+        n if n >= 2 and any(int(t) in eos for t in c[: n - 1]) else 0
+        for n, c in zip(lengths, completions, strict=True)
+    ]
+    b = len(lengths)
+    suspected = [False] * b
+    if b >= UNIFORM_LEAK_MIN_ROWS and all(n >= 2 for n in lengths):
+        k = min(lengths)
+        same = all(list(c[:k]) == list(completions[0][:k]) for c in completions)
+        whole = all(n == len(p) for n, p in zip(lengths, prompts, strict=True))
+        markup_only = all(all(int(t) in markup for t in c[:k]) for c in completions)
+        if (same or whole) and not markup_only:
+            suspected = [not c for c in certain]
+    return certain, suspected
 
 
 # ----- SFT: assistant spans and labels -------------------------------------------------------------------------------

@@ -13,9 +13,12 @@ kind                   rule
 ``missing_loss``       otherwise every generated token up to and including the first EOS carries loss
 ``tool_mask``          each ``tool_mask == 0`` span starts right after the model's EOS, and starts/ends with the
                        tool-result tokens the chat template renders
-``prompt_leak``        ``completion_ids`` do not start with the prompt's own tail (or head); an overlap made only of
-                       think tags and whitespace (a model re-emitting ``</think>\n\n`` after the template's empty
-                       block) counts only when every row of the batch shows an overlap
+``prompt_leak``        ``completion_ids`` do not start with prompt tokens the model cannot have written: an overlap
+                       with the prompt's tail or head that holds an EOS followed by more of the prompt (generation
+                       stops at EOS)
+``prompt_overlap``     (a warning, never a stop) every row of the batch starts with the same prompt tokens, or with
+                       its whole prompt: a slice a few tokens early, or a collapsing policy; think tags and
+                       whitespace alone (``</think>\n\n`` after the empty block) do not count
 ``prompt_mask``        ``prompt_mask`` is a left-padded block equal to ``prompt_ids != pad``
 =====================  ====================================================================================
 
@@ -37,6 +40,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -86,6 +90,13 @@ RULES: dict[str, tuple[str, str]] = {
         "start with their prompt's own tokens (completion_ids overlap prompt_ids)",
         "completion_ids must start right after the prompt: slice generated sequences at the padded prompt length "
         "(prompt_completion_ids[:, prompt_ids.size(1):]); a rollout_func returns only the new tokens.",
+    ),
+    M.PROMPT_OVERLAP: (
+        "start with the same tokens their prompt ends with (or with their whole prompt); the model may write "
+        "this itself (a collapsing policy), or the rollout path cut the prompt a few tokens early",
+        "if you build completion_ids yourself (rollout_func, a trainer subclass), slice generated sequences at the "
+        "padded prompt length; if the rows above are what the model wrote, nothing is wrong with the masks (the "
+        "model repeats the prompt: read the rollouts) and masking.mode: log silences this.",
     ),
     M.PROMPT_MASK: (
         "have a prompt_mask that is not a left-padded block matching prompt_ids != pad",
@@ -214,9 +225,10 @@ def grpo_mask_flags(
     else:
         bad[M.TOOL_MASK] = torch.zeros_like(in_content)
 
-    # Prompt leak: the completion's head repeats the prompt's tail (k tokens) or the prompt's head.
-    leak_len = _leak_lengths(ids, pids, pm, markup_ids)
+    # Prompt leak: the completion's head repeats the prompt's tail or head (certain, or suspected).
+    leak_len, overlap_len = _leak_lengths(ids, pids, pm, markup_ids, eos)
     bad[M.PROMPT_LEAK] = pos < leak_len.unsqueeze(1)
+    bad[M.PROMPT_OVERLAP] = pos < overlap_len.unsqueeze(1)
 
     # Prompt mask: a left-padded 0...01...1 block equal to prompt_ids != pad.
     lead = torch.cumprod((pids == pad).int(), dim=1).bool()
@@ -305,48 +317,60 @@ def grpo_mask_row_kinds(
         ),
         M.MISSING_LOSS: ~masked_truncated & (in_content > positive).any(dim=1),  # content without loss
         M.TOOL_MASK: torch.zeros(b, dtype=torch.bool, device=device),
-        M.PROMPT_LEAK: _leak_lengths(ids, pids, pm, markup_ids) > 0,
         M.PROMPT_MASK: _prompt_mask_rows(pids, pm, pad),
     }
+    eos_t = torch.tensor(eos_set, dtype=ids.dtype, device=device)
+    leak_len, overlap_len = _leak_lengths(ids, pids, pm, markup_ids, eos_t)
+    kinds[M.PROMPT_LEAK] = leak_len > 0
+    kinds[M.PROMPT_OVERLAP] = overlap_len > 0
     weights = 2 ** torch.arange(len(M.GRPO_KINDS), device=device, dtype=torch.long)
     return (torch.stack([kinds[k] for k in M.GRPO_KINDS], dim=1).long() * weights).sum(dim=1)
 
 
-def _leak_lengths(ids: torch.Tensor, pids: torch.Tensor, pm: torch.Tensor, markup_ids: Sequence[int]) -> torch.Tensor:
-    """Per row, how many of the completion's first tokens repeat the prompt (its tail, or its head): 0 when none.
+def _leak_lengths(
+    ids: torch.Tensor, pids: torch.Tensor, pm: torch.Tensor, markup_ids: Sequence[int], eos: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row: the certain prompt-leak length (0: none) and the suspected-overlap length (0: none), on the device.
 
-    Reads only the first ``LEAK_WINDOW`` columns. A single repeated token (a newline) happens by chance: it counts
-    only when every row of a batch of at least ``UNIFORM_LEAK_MIN_ROWS`` shows one (an off-by-one slice). Think tags
-    and whitespace repeated after a prompt ending in them are often the model's own output (a stray
-    ``</think>\\n\\n`` after the empty block): such an overlap counts only when every row overlaps.
+    The vectorised :func:`rl_guards.core.masks.prompt_leak_verdicts`: an overlap with the prompt's tail (2 to
+    ``LEAK_WINDOW`` tokens) or head (``REPEAT_WINDOW`` tokens or the whole prompt, followed up to ``HEAD_WINDOW``) is
+    certain when it holds an EOS followed by more overlapped tokens (generation stops at EOS); suspected when every
+    row of a batch of ``UNIFORM_LEAK_MIN_ROWS`` overlaps with the same tokens (or its whole prompt), not only think
+    tags and whitespace. Reads only the first ``HEAD_WINDOW`` columns.
     """
     b, c = ids.shape
     p = pids.size(1)
     device = ids.device
-    window = min(M.LEAK_WINDOW, p, c)
-    head = ids[:, : max(window, min(M.REPEAT_WINDOW, c))]
+    zeros = torch.zeros(b, dtype=torch.long, device=device)
+    if b == 0 or p == 0 or c == 0:
+        return zeros, zeros
     n_prompt = (pm != 0).sum(dim=1)
-    markup_set = sorted({int(t) for t in markup_ids}) or [-1]
-    markup = torch.isin(head, torch.tensor(markup_set, dtype=head.dtype, device=device))  # a few columns only
-    leak_len = torch.zeros(b, dtype=torch.long, device=device)
-    leak_one = torch.zeros(b, dtype=torch.bool, device=device)
-    leak_markup = torch.zeros(b, dtype=torch.bool, device=device)  # the longest tail overlap is markup only
-    for k in range(1, window + 1):
-        match = (head[:, :k] == pids[:, p - k :]).all(dim=1) & (n_prompt >= k)
-        if k == 1:
-            leak_one = match
-        else:
-            leak_len = torch.where(match, torch.full_like(leak_len, k), leak_len)
-            leak_markup = torch.where(match, markup[:, :k].all(dim=1), leak_markup)
-    m = min(M.REPEAT_WINDOW, c)
-    if m >= 2 and p >= m:
-        head_idx = ((p - n_prompt).unsqueeze(1) + torch.arange(m, device=device)).clamp(max=p - 1)
-        repeat = (head[:, :m] == pids.gather(1, head_idx)).all(dim=1) & (n_prompt >= m)
-        leak_len = torch.where(repeat & (leak_len == 0), torch.full_like(leak_len, m), leak_len)
-    uniform = leak_one.all() & (b >= M.UNIFORM_LEAK_MIN_ROWS)
-    leak_len = torch.where((leak_len == 0) & leak_one & uniform, torch.ones_like(leak_len), leak_len)
-    systematic = (leak_one | (leak_len > 0)).all() & (b >= M.UNIFORM_LEAK_MIN_ROWS)
-    return torch.where(leak_markup & ~systematic, torch.zeros_like(leak_len), leak_len)
+    window = min(M.LEAK_WINDOW, p, c)
+    tail = zeros.clone()
+    for k in range(2, window + 1):
+        match = (ids[:, :k] == pids[:, p - k :]).all(dim=1) & (n_prompt >= k)
+        tail = torch.where(match, torch.full_like(tail, k), tail)
+    h = min(M.HEAD_WINDOW, p, c)
+    cols = torch.arange(h, device=device)
+    idx = ((p - n_prompt).unsqueeze(1) + cols).clamp(max=p - 1)
+    eq = (ids[:, :h] == pids.gather(1, idx)) & (cols < n_prompt.unsqueeze(1))
+    head = torch.cumprod(eq.to(torch.long), dim=1).sum(dim=1)
+    counted = (head >= M.REPEAT_WINDOW) | ((head == n_prompt) & (head >= 2))
+    length = torch.maximum(tail, torch.where(counted, head, zeros))
+    w = max(window, h)
+    is_eos = torch.isin(ids[:, :w], eos)
+    inside = torch.arange(w, device=device) < (length - 1).unsqueeze(1)
+    certain = torch.where((length >= 2) & (is_eos & inside).any(dim=1), length, zeros)
+    suspected = zeros
+    if b >= M.UNIFORM_LEAK_MIN_ROWS and bool((length >= 2).all()):
+        k = int(length.min())
+        same = bool((ids[:, :k] == ids[:1, :k]).all())
+        whole = bool((length == n_prompt).all())
+        markup_set = sorted({int(t) for t in markup_ids}) or [-1]
+        markup_only = bool(torch.isin(ids[:, :k], torch.tensor(markup_set, dtype=ids.dtype, device=device)).all())
+        if (same or whole) and not markup_only:
+            suspected = torch.where(certain > 0, zeros, length)
+    return certain, suspected
 
 
 def _prompt_mask_rows(pids: torch.Tensor, pm: torch.Tensor, pad: int) -> torch.Tensor:
@@ -638,12 +662,11 @@ class GRPOMaskGuard(Guard):
                 global_report.rows[kind] = np.flatnonzero(broken[k]).tolist()
         for kind in global_report.kinds:
             shown = global_report.rows[kind][: self.config.max_rows_shown]
-            report.violation(
-                kind,
-                lambda kind=kind, shown=shown: self._global_message(kind, global_report, batch, shown),
-                MaskingError,
-                rows=shown,
-            )
+            message = partial(self._global_message, kind, global_report, batch, shown)
+            if kind in M.SUSPECTED_KINDS:  # the model can write this itself: evidence for a warning, never a stop
+                report.suspect(kind, message, rows=shown)
+            else:
+                report.violation(kind, message, MaskingError, rows=shown)
 
     def row_evidence(self, batch: Any, row: int) -> str | None:
         """The row rendered with its loss mask, for every rule it breaks (JSON: kind -> rendering)."""
@@ -707,7 +730,11 @@ class GRPOMaskGuard(Guard):
         if flags is not None:
             local_report = _report_from_counts(local[: n_kinds + 1].tolist(), flags.rows.size(0), flags)
         for kind in global_report.kinds:
-            report.violation(kind, self._message(kind, global_report, local_report, flags, output), MaskingError)
+            text = self._message(kind, global_report, local_report, flags, output)
+            if kind in M.SUSPECTED_KINDS:
+                report.suspect(kind, text)
+            else:
+                report.violation(kind, text, MaskingError)
 
     # ----- the message -------------------------------------------------------------------------------------
     def _message(
