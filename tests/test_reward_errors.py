@@ -96,3 +96,28 @@ def test_wrapper_keeps_name_attributes_and_async() -> None:
 
     plain = catch_row_errors(Scorer(), 1, log)
     assert plain.weight == 3 and plain(completions=["ab"]) == [2.0]
+
+
+def picky_arith(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+    """Routed to arith; raises on the rows of one prompt (a parser that fails on some rows of its task)."""
+    out = []
+    for c, a in zip(completions, answer, strict=True):
+        if a == "6":  # the first prompt of the unshuffled dataset: step 1's arith group
+            raise ValueError(f"cannot read reference {a!r}")
+        out.append(float(completion_text(c).strip() == a))
+    return out
+
+
+def test_rows_a_routed_function_raised_on_belong_to_reward_errors_not_routing(make_grpo_trainer: Any) -> None:
+    """Issue 20 #4: reward_errors scores them None and training goes on; routing (default raise) must not stop the
+    run on exactly those rows. One verdict per row."""
+    from rl_guards.rewards.routing import route
+
+    trainer = _trainer(make_grpo_trainer, route({"arith": [picky_arith], "echo": [echo_match]}))
+    run = rl_guards.install(trainer)  # default config: routing raise, reward_errors warn
+    with pytest.warns(UserWarning, match="picky_arith"):
+        trainer.train()
+    assert trainer.state.global_step == 2
+    kinds = {(f.guard, f.kind) for f in run.findings}
+    assert any(g == "reward_errors" and k.startswith("raised:") for g, k in kinds), run.summary()
+    assert not any(g == "routing" for g, _ in kinds), run.summary()

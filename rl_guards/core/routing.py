@@ -91,13 +91,21 @@ def _first_rows(report: RoutingReport, kind: str, names: list[str], index: np.nd
         report.examples.setdefault((kind, names[index[row]]), int(row))
 
 
-def check_routing(batch: RolloutBatch, table: RoutingTable | None) -> RoutingReport:
-    """Count unscored, misrouted, all-skipped and unrouted rows. With no table only all-skipped rows count."""
+def check_routing(
+    batch: RolloutBatch, table: RoutingTable | None, raised: np.ndarray | None = None
+) -> RoutingReport:
+    """Count unscored, misrouted, all-skipped and unrouted rows. With no table only all-skipped rows count.
+
+    ``raised`` (rows x functions, bool): cells a function raised on and that were scored None for it. They belong
+    to the reward_errors guard (one verdict per row), so here they count as scored.
+    """
     report = RoutingReport()
     names, index = batch.task_index
     reward_names = batch.reward_names
     scored = batch.scored
     n = len(batch)
+    if raised is not None and raised.shape == scored.shape:
+        scored = scored | raised
     for t, rows in enumerate(np.bincount(index, minlength=len(names))):
         report.rows_per_task[names[t]] += int(rows)
     all_skipped = ~scored.any(axis=1) if scored.shape[1] else np.ones(n, dtype=bool)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import numpy as np
+
 from rl_guards.config import RoutingConfig
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.core.routing import RoutingReport, RoutingTable, check_routing, table_from_funcs, table_from_names
@@ -12,6 +14,21 @@ from rl_guards.errors import RoutingError
 from rl_guards.guards.base import Guard, Reporter
 
 TAIL_CHARS = 80  # characters of a completion's end shown in a message
+
+
+def raised_cells(batch: RolloutBatch) -> np.ndarray | None:
+    """Rows x functions: where a reward function raised (the reward_errors guard's gathered bits), else None."""
+    bits = batch.features.get("reward_errors/raised")
+    if bits is None or len(bits) != len(batch):
+        return None
+    values = np.asarray(bits, dtype=np.int64)
+    n_funcs = len(batch.reward_names)
+    if not n_funcs:
+        return None
+    cells = np.zeros((len(batch), n_funcs), dtype=bool)
+    for f in range(min(n_funcs, 52)):  # the feature holds one bit per function in a float64
+        cells[:, f] = ((values >> f) & 1).astype(bool)
+    return cells
 
 
 def _typo_note(unrouted: list[str], declared: list[str], present: set[str]) -> str:
@@ -88,13 +105,13 @@ class RoutingGuard(Guard):
 
     def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
         table = self._routes_table(batch.reward_names, report)
-        result = check_routing(batch, table)
+        result = check_routing(batch, table, raised_cells(batch))
         report.metric("unscored_rows", float(result.unscored_rows))
         report.metric("misrouted_rows", float(result.misrouted_rows))
         report.metric("unrouted_rows", float(sum(result.unrouted.values())))
         if (table is None or table.empty) and len(result.rows_per_task) > 1 and not self._noted_unrouted_run:
             self._noted_unrouted_run = True
-            report.info(
+            report.note(
                 "no_routes",
                 f"{len(result.rows_per_task)} tasks ({', '.join(sorted(result.rows_per_task))}) but no routes "
                 "declared: only rows that every reward function skipped are checked. Declare routes with "
