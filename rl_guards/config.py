@@ -198,11 +198,15 @@ class DeadGroupsConfig(GuardConfig):
 class TruncationConfig(GuardConfig):
     """Completions that hit max_completion_length."""
 
-    max_rate: float = 0.1  # warn/raise when a task's truncated share exceeds this
+    max_rate: float = 0.1  # warn/raise when a task's truncated share is, beyond sampling noise, above this
+    window: int = 8  # recent batches per task whose rows the share is measured over
+    min_rows: int = 32  # rows of a task in the window before its share is judged
 
     def validate(self, prefix: str) -> None:
         super().validate(prefix)
         _check_fraction(prefix, "max_rate", self.max_rate)
+        _check_positive(prefix, "window", self.window)
+        _check_positive(prefix, "min_rows", self.min_rows)
 
 
 @dataclass

@@ -44,7 +44,7 @@ def test_each_loss_type_and_scale_rewards_says_which_normalisations_it_has(loss_
     [std] = check_scale_rewards(choices)
     assert length.code == "length_normalisation" and std.code == "std_normalisation"
     if loss_type in LENGTH_NORMALISED:
-        assert length.severity == "warning"
+        assert length.severity == "info"  # a documented choice: said with its consequence, not warned (issue 20)
         assert "per-response length normalisation biases length" in length.message
         assert "incorrect answers drift longer" in length.message
         assert "dr_grpo" in length.fix
@@ -159,7 +159,8 @@ def test_kl() -> None:
 # ----- group size, truncation, length cap, vLLM ----------------------------------------------------------
 
 
-@pytest.mark.parametrize(("g", "severity"), [(2, "warning"), (3, "warning"), (4, "info"), (16, "info")])
+# A group size is a choice, not evidence: the dead_groups guard warns when groups really die (issue 20).
+@pytest.mark.parametrize(("g", "severity"), [(2, "info"), (3, "info"), (4, "info"), (16, "info")])
 def test_group_size(g: int, severity: str) -> None:
     choices = TrainingChoices(num_generations=g, per_device_train_batch_size=g * 4)
     [finding] = check_group_size(choices)
@@ -194,7 +195,7 @@ PROBE = LengthProbeNumbers(p50=100, p90=300, p99=500, max=700, share_at_cap=0.0,
 @pytest.mark.parametrize(
     ("cap", "probe", "codes", "severities"),
     [
-        (512, None, ["completion_length"], ["warning"]),
+        (512, None, ["completion_length"], ["info"]),  # no probe: a note, not a warning (issue 20 #1)
         (None, None, ["completion_length"], ["info"]),
         (100, PROBE, ["completion_length"], ["blocking"]),  # < 0.5 x p90
         (200, PROBE, ["completion_length"], ["warning"]),  # < p90 but not far
@@ -239,7 +240,7 @@ def test_vllm_and_rollout_func() -> None:
     [server] = check_vllm(TrainingChoices(use_vllm=True, vllm_mode="server"))
     assert "separate `vllm serve` process" in server.message and server.severity == "info"
     [custom] = check_vllm(TrainingChoices(), has_rollout_func=True)
-    assert custom.severity == "warning" and custom.code == "rollout_func"
+    assert custom.severity == "info" and custom.code == "rollout_func"
 
 
 # ----- template paths ------------------------------------------------------------------------------------

@@ -121,11 +121,12 @@ def test_sft_tokenizer_dir_is_compared(
         assert "-<think>↵" in finding.detail.splitlines() and finding.detail.startswith("--- train\n+++ sft")
 
 
-def test_string_train_prompts_without_markup_warn(tmp_path: Path, tokenizer: Any) -> None:
+def test_string_train_prompts_without_markup_are_a_note(tmp_path: Path, tokenizer: Any) -> None:
     plain = Dataset.from_dict({"prompt": ["What is 2+2?", "Repeat the word: apple"], "task": ["arith", "echo"]})
     report = build_preflight_report(_args(tmp_path), tokenizer, plain)
     [finding] = report.find("train_untemplated")
-    assert finding.severity == "warning" and "no chat markup" in finding.message
+    # raw-text prompts are a first-class TRL dataset type: said, never a warning (issue 20 #8)
+    assert finding.severity == "info" and "no chat markup" in finding.message
     assert report.examples[0] == ("train", "What is 2+2?")
 
 
@@ -184,8 +185,8 @@ def test_guard_raise_mode_passes_a_consistent_run(tmp_path: Path, tokenizer: Any
     session = GuardSession()
     guard.on_train_begin(session.reporter("preflight", guard.config, 0))
     assert guard.last_report is not None and guard.last_report.blocking == []
-    # Warnings are recorded as observations for the end-of-run summary, never as violations.
-    assert session.counts[("preflight", "completion_length")] == 1
+    # No length probe is a note in the report (issue 20 #1), not a finding; nothing is a violation.
+    assert ("preflight", "completion_length") not in session.counts
     assert "rl_guards/preflight/violations" not in session.metrics
 
 

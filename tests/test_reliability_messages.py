@@ -79,7 +79,7 @@ def test_a_constant_reward_is_suspected_before_the_task() -> None:
     assert message.index("Only if the reward can vary") > reward_first
     guard, session = run(DeadGroupGuard, stuck, {"dead_groups": {"warn_after_steps": 2}})
     guard.on_train_end(session.reporter(guard.name, guard.config, 3))
-    advice = next(f.message for f in session.findings if f.kind == "group_size_advice")
+    advice = session.notes[("dead_groups", "group_size_advice")]
     assert advice.index("check the task's reward function first") < advice.index("Only if it can vary")
 
 

@@ -4,6 +4,7 @@ says once that the check was skipped."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytest
@@ -57,8 +58,8 @@ def test_a_constant_reward_that_ignores_every_column_is_warned(make_grpo_trainer
 
 def test_clean_rewards_pass(make_grpo_trainer: Any) -> None:
     run = _start(make_grpo_trainer, [arith_correct, echo_match, length_penalty], shaping=["length_penalty"])
-    assert [f.kind for f in run.findings] == ["reward_sanity_ok"], run.summary()
-    assert "4 row(s)" in run.findings[0].message  # 2 rows per task
+    assert run.findings == [], run.summary()
+    assert "4 row(s)" in run.session.notes[("reward_sanity", "reward_sanity_ok")]  # 2 rows per task
 
 
 def test_trl_accuracy_reward_passes(make_grpo_trainer: Any) -> None:
@@ -67,13 +68,16 @@ def test_trl_accuracy_reward_passes(make_grpo_trainer: Any) -> None:
     data = make_dataset(tasks=("arith",)).map(lambda row: {"solution": f"${row['answer']}$"})
     funcs = [accuracy_reward, reasoning_accuracy_reward, think_format_reward]
     run = _start(make_grpo_trainer, funcs, data, shaping=["think_format_reward"])
-    assert [f.kind for f in run.findings] == ["reward_sanity_ok"], run.summary()
-    assert "'solution'" in run.findings[0].message  # the column the functions take by name, not 'answer'
+    assert run.findings == [], run.summary()
+    # the column the functions take by name, not 'answer'
+    assert "'solution'" in run.session.notes[("reward_sanity", "reward_sanity_ok")]
 
 
 def test_no_reference_column_says_once_how_to_enable_it(make_grpo_trainer: Any) -> None:
     data = make_dataset().remove_columns(["answer"])
-    with pytest.warns(UserWarning, match="reward sanity check skipped") as record:
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
         run = _start(make_grpo_trainer, [constant], data)
-    assert sum("skipped" in str(w.message) for w in record) == 1
-    assert "reward_sanity.cases_file" in run.findings[0].message
+    assert not [w for w in record if "skipped" in str(w.message)]  # a note, not a warning (issue 20 #8)
+    assert run.findings == []
+    assert "reward_sanity.cases_file" in run.session.notes[("reward_sanity", "skipped")]

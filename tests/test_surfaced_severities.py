@@ -100,7 +100,8 @@ def _always_zero(completions: list[Any], **kwargs: Any) -> list[float]:
 
 
 def test_preflight_warnings_are_warned(make_grpo_trainer: Any) -> None:
-    trainer = make_grpo_trainer(max_steps=1, loss_type="grpo")  # a length bias the preflight warns about
+    # a warm-up that transformers' constant schedule ignores: a misconfiguration the preflight warns about
+    trainer = make_grpo_trainer(max_steps=1, lr_scheduler_type="constant", warmup_steps=2)
     run_ = rl_guards.install(trainer, guards=[PreflightGuard])
     with pytest.warns(UserWarning, match="preflight"):
         trainer.train()

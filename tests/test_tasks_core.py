@@ -8,7 +8,14 @@ import pytest
 
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.core.group_size import advise_group_size, expected_dead_share, smallest_group_size
-from rl_guards.core.groups import group_outcomes, outcome, trl_totals, update_ranges
+from rl_guards.core.groups import (
+    group_outcomes,
+    outcome,
+    outcome_passes,
+    trl_totals,
+    update_outcome_values,
+    update_ranges,
+)
 from rl_guards.core.lengths import percentile, round_up, summarize_lengths
 from rl_guards.core.routing import check_routing, table_from_funcs, table_from_names
 from rl_guards.core.slicing import find_cut_completions, find_cut_inside, find_length_caps, is_round_length
@@ -113,7 +120,27 @@ def test_group_outcomes_split_dead_groups_and_count_tokens() -> None:
     assert (a.groups, a.dead, a.dead_all_pass, a.dead_all_fail, a.live) == (3, 2, 1, 1, 1)
     assert (b.groups, b.dead, b.dead_all_pass, b.dead_all_fail, b.dead_other, b.live) == (2, 1, 0, 0, 1, 1)
     assert a.zero_adv_tokens == 4 and a.tokens == 8 and a.zero_adv_token_share == 0.5
-    assert a.pass_rows == 3 and a.pass_rate == 0.5
+    assert a.pass_rate is None  # group_outcomes does not judge passes: the pass/fail functions do
+    values: dict[str, dict[str, list[float]]] = {}
+    update_outcome_values(values, batch)
+    # the one function gave 1, 0 and 0.5 (on b): a shaped score, not pass/fail, so no task's pass rate is known
+    assert outcome_passes(batch, values) == {"a": (0, 0), "b": (0, 0)}
+
+
+def test_pass_rate_follows_the_pass_fail_function_not_the_best_total() -> None:
+    """Issue 20 #7: a length-shaped total whose best value rises as right answers appear must not pull the pass
+    rate down; a task always solved is judged by the function's scores on the other task."""
+    names = ["correct", "length"]
+    first = _batch(["a"] * 4, [[0.0, -0.1], [0.0, -0.2], [1.0, -0.3], [0.0, -0.1]], g=2, names=names)
+    later = _batch(["a"] * 4, [[1.0, -0.05], [1.0, -0.3], [1.0, -0.2], [0.0, -0.1]], g=2, names=names)
+    values: dict[str, dict[str, list[float]]] = {}
+    update_outcome_values(values, first)
+    update_outcome_values(values, later)
+    assert outcome_passes(first, values)["a"] == (1, 4) and outcome_passes(later, values)["a"] == (3, 4)
+    solved = _batch(["a", "a", "b", "b"], [[0.0, -0.1], [1.0, -0.3], [1.0, -0.2], [1.0, -0.1]], g=2, names=names)
+    values = {}
+    update_outcome_values(values, solved)
+    assert outcome_passes(solved, values) == {"a": (1, 2), "b": (2, 2)}
 
 
 def test_trl_totals_count_none_as_zero_and_apply_weights() -> None:

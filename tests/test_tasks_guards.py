@@ -178,8 +178,8 @@ PLANTED: list[tuple[str, type[Guard], dict[str, Any], Callable[[], RolloutBatch]
      RoutingError, ("poetry", "declared tasks: ['math']")),
     ("unknown_name", RoutingGuard, {"routing": {"routes": {"math": ["math_okk"]}}}, clean_batch, None,
      "unknown_reward_func", RoutingError, ("math_okk", "math_ok")),
-    ("truncated", TruncationGuard, {}, _truncated, None, "truncation_rate", TruncationError,
-     ("'math'", "2/2", "never stop", "probe-lengths")),
+    ("truncated", TruncationGuard, {"truncation": {"min_rows": 2}}, _truncated, None, "truncation_rate",
+     TruncationError, ("'math'", "2/2", "never stop", "probe-lengths")),
     ("sliced_prompts", SlicingGuard, {}, _sliced_prompts, None, "length_cap", TruncationError,
      ("prompt (user message)", "exactly 3000 characters")),
     ("cut_completions", SlicingGuard, {}, _cut_completions, _decode_ctx, "completion_cut", TruncationError,
@@ -212,6 +212,26 @@ def test_planted_problem_is_caught(
     assert message in str(raised.value)
 
 
+def _cut(truncated: int, rows: int = 8) -> RolloutBatch:
+    return make_batch(
+        ["math"] * rows, [[1.0]] * rows, completions=["x"] * rows, truncated=[i < truncated for i in range(rows)]
+    )
+
+
+def test_truncation_is_judged_on_evidence_over_a_window_not_one_batch() -> None:
+    """Issue 20: two truncated rows of an 8-row batch (25 %) are not evidence that the cap is too low; a share
+    near max_rate over the window stays silent; a sustained high share is caught once the window has the rows."""
+    _, session = run(TruncationGuard, [_cut(2)], mode="warn")
+    assert session.findings == []
+    _, session = run(TruncationGuard, [_cut(1)] * 8, mode="warn")  # 8/64 = 12.5 %, within sampling noise of 10 %
+    assert session.findings == []
+    _, session = run(TruncationGuard, [_cut(4)] * 8, mode="warn")  # 32/64: half of the task's rows cut
+    first = [f.step for f in session.findings if f.kind == "truncation_rate"]
+    assert first, session.summary_text()
+    message = session.findings[0].message
+    assert "16/32 truncated over its last 4 batch(es)" in message and "--length_probe" in message
+
+
 def test_routing_guard_reads_routes_from_route_wrappers() -> None:
     def math_ok(completions: list[str], **kwargs: Any) -> list[float]:
         return [1.0] * len(completions)
@@ -229,7 +249,7 @@ def test_routing_guard_reads_routes_from_route_wrappers() -> None:
 
 def test_routing_guard_without_routes_notes_it_once() -> None:
     _, session = run(RoutingGuard, [clean_batch(), clean_batch()])
-    assert [f.kind for f in session.findings] == ["no_routes"]
+    assert session.findings == [] and list(session.notes) == [("routing", "no_routes")]  # a note, not a finding
 
 
 # ----- task rewards ------------------------------------------------------------------------------------------
@@ -306,9 +326,11 @@ def test_single_generation_batches_are_skipped() -> None:
 def test_group_size_advice_in_end_of_run_findings() -> None:
     guard, session = run(DeadGroupGuard, [_echo_all_pass(0)])
     guard.on_train_end(session.reporter(guard.name, guard.config, 1))
-    (advice,) = [f for f in session.findings if f.kind == "group_size_advice"]
-    assert "task 'echo': pass rate 1.00" in advice.message and "task 'math': pass rate 0.50" in advice.message
-    assert "num_generations=4" in advice.message  # p=0.5: G=4 gives 0.125 < 0.25
+    assert not session.findings  # advice is a note, not a finding
+    advice = session.notes[("dead_groups", "group_size_advice")]
+    assert "task 'echo': pass rate 1.00" in advice and "task 'math': pass rate 0.50" in advice
+    assert "num_generations=4" in advice  # p=0.5: G=4 gives 0.125 < 0.25
+    assert "group_size_advice" in session.summary_text() and "rl_guards findings:" not in session.summary_text()
 
 
 # ----- slicing -----------------------------------------------------------------------------------------------
@@ -382,11 +404,12 @@ def test_reward_sanity_guard_from_yaml(tmp_path: Path) -> None:
     assert load_reward_cases(path)[0].columns == {"answer": "4"}
     config = {"reward_sanity": {"cases_file": str(path)}}
     _, session = run(RewardSanityGuard, [], config, RunContext(reward_funcs=[math_ok]), mode="raise")
-    assert kinds(session) == {"reward_sanity_ok"}
+    assert kinds(session) == set() and ("reward_sanity", "reward_sanity_ok") in session.notes
     with pytest.raises(RewardSanityError, match="min good"):
         run(RewardSanityGuard, [], config, RunContext(reward_funcs=[math_ok, lenient]), mode="raise")
     _, session = run(RewardSanityGuard, [], {}, RunContext(reward_funcs=[lenient]), mode="raise")
-    assert kinds(session) == {"skipped"}  # no cases file, no dataset: said once, never a stop
+    assert kinds(session) == set()  # no cases file, no dataset: a note said once, never a finding or a stop
+    assert ("reward_sanity", "skipped") in session.notes
     missing = {"reward_sanity": {"cases_file": str(tmp_path / "nope.yaml")}}
     with pytest.raises(RewardSanityError, match=r"nope\.yaml"):
         run(RewardSanityGuard, [], missing, RunContext(reward_funcs=[math_ok]), mode="raise")

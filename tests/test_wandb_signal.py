@@ -150,8 +150,7 @@ def test_a_stop_leaves_an_alert_the_finding_and_the_failing_batch_in_wandb(
     run = _offline(tmp_path)
     [alert] = [a for a in run.alerts if a["title"] == "rl_guards: masking/post_eos"]
     assert alert["level"] == "ERROR" and "post_eos" in alert["text"] and "⟨!" in alert["text"]  # decoded rows
-    assert run.summary["rl_guards/findings/masking/post_eos"] == 1
-    assert run.summary["rl_guards/first_step/masking/post_eos"] == 2
+    assert run.summary["rl_guards/findings/masking/post_eos"] == {"severity": "error", "count": 1, "first_step": 2}
     assert run.summary["rl_guards/stopped_by"] == "masking/post_eos at step 2"
     violating = [v for _, v in run.series("rl_guards/masking/violating_rows")]
     assert violating and violating[-1] > 0  # the failing batch's metrics, logged before the raise

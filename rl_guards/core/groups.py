@@ -63,7 +63,8 @@ class TaskGroups:
     dead_all_pass: int = 0  # dead at the top of the task's range
     dead_all_fail: int = 0  # dead at the bottom of the task's range
     rows: int = 0
-    pass_rows: int = 0  # rows whose total is the top of the range
+    pass_rows: int = 0  # judged rows that passed (see outcome_passes)
+    judged: int = 0  # rows a pass/fail reward function of the task scored
     tokens: int = 0  # completion tokens of the task's rows
     zero_adv_tokens: int = 0  # of which in rows with zero advantage
 
@@ -84,7 +85,7 @@ class TaskGroups:
 
     @property
     def pass_rate(self) -> float | None:
-        return self.pass_rows / self.rows if self.rows else None
+        return self.pass_rows / self.judged if self.judged else None
 
 
 def _passes(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
@@ -108,12 +109,10 @@ def group_outcomes(
     names, index = batch.task_index
     values = np.asarray(totals, dtype=np.float64)
     bounds = np.array([ranges[t] for t in names], dtype=np.float64).reshape(len(names), 2)
-    low, high = bounds[index, 0], bounds[index, 1]
     lengths = batch.lengths
     zero_adv = np.abs(np.asarray(batch.advantages, dtype=np.float64)) <= ADVANTAGE_ATOL
     k = len(names)
     rows = np.bincount(index, minlength=k)
-    pass_rows = np.bincount(index, weights=_passes(values, low, high), minlength=k)
     tokens = np.bincount(index, weights=lengths, minlength=k)
     zero_tokens = np.bincount(index, weights=lengths * zero_adv, minlength=k)
     g, n_groups = batch.num_generations, batch.num_groups
@@ -135,8 +134,69 @@ def group_outcomes(
             dead_all_pass=int(dead_pass[t]),
             dead_all_fail=int(dead_fail[t]),
             rows=int(rows[t]),
-            pass_rows=int(pass_rows[t]),
             tokens=int(tokens[t]),
             zero_adv_tokens=int(zero_tokens[t]),
         )
+    return out
+
+
+# ----- pass rate: what the task's pass/fail reward functions say -------------------------------------------------
+MAX_DISTINCT = 3  # distinct values kept per (task, function): a third one means the function is not pass/fail
+
+
+def update_outcome_values(values: dict[str, dict[str, list[float]]], batch: RolloutBatch) -> None:
+    """Record the distinct scores each reward function gave each task's rows (up to ``MAX_DISTINCT``)."""
+    names, index = batch.task_index
+    matrix = batch.reward_matrix
+    for t, task in enumerate(names):
+        rows = matrix[index == t]
+        per_task = values.setdefault(task, {})
+        for f, fname in enumerate(batch.reward_names[: matrix.shape[1]]):
+            seen = per_task.setdefault(fname, [])
+            if len(seen) >= MAX_DISTINCT:
+                continue
+            for v in np.unique(rows[:, f][np.isfinite(rows[:, f])]):
+                if not any(abs(v - s) <= REWARD_ATOL for s in seen):
+                    seen.append(float(v))
+                    if len(seen) >= MAX_DISTINCT:
+                        break
+
+
+def _pass_score(values: dict[str, dict[str, list[float]]], task: str, fname: str) -> float | None:
+    """The score that means "pass" for ``fname`` on ``task`` when the function is pass/fail (else None): over
+    every task it gave exactly two distinct scores, and it scored this task."""
+    if not values.get(task, {}).get(fname):
+        return None
+    every: list[float] = []
+    for per_task in values.values():
+        for v in per_task.get(fname, []):
+            if not any(abs(v - e) <= REWARD_ATOL for e in every):
+                every.append(v)
+    return max(every) if len(every) == 2 else None
+
+
+def outcome_passes(batch: RolloutBatch, values: dict[str, dict[str, list[float]]]) -> dict[str, tuple[int, int]]:
+    """Per task: ``(passed rows, judged rows)`` by its pass/fail reward functions.
+
+    A function is pass/fail once it has given exactly two distinct scores over every task's rows (so a task always
+    solved, or never, is still judged by the scores it gave the others); a row is judged when one of them scored
+    it, and passes when every one that scored it gave its higher score. A task with no such function yet (one score
+    seen so far, or only shaped scores) has ``(0, 0)``: its pass rate is unknown.
+    """
+    names, index = batch.task_index
+    matrix = batch.reward_matrix
+    out: dict[str, tuple[int, int]] = {}
+    for t, task in enumerate(names):
+        rows = matrix[index == t]
+        judged = np.zeros(len(rows), dtype=bool)
+        failed = np.zeros(len(rows), dtype=bool)
+        for f, fname in enumerate(batch.reward_names[: matrix.shape[1]]):
+            top = _pass_score(values, task, fname)
+            if top is None:
+                continue
+            column = rows[:, f]
+            scored = np.isfinite(column)
+            judged |= scored
+            failed |= scored & (np.abs(column - top) > REWARD_ATOL)
+        out[task] = (int((judged & ~failed).sum()), int(judged.sum()))
     return out

@@ -413,7 +413,7 @@ def check_loss_type(choices: TrainingChoices) -> list[PreflightFinding]:
     if length_normalised:
         return [
             PreflightFinding(
-                "warning",
+                "info",  # a documented choice of TRL's: said, with its consequence, never a warning
                 "loss",
                 "length_normalisation",
                 f"loss_type={loss_type!r}: {how}. This per-response length normalisation biases length: a long "
@@ -548,7 +548,8 @@ def check_group_size(choices: TrainingChoices) -> list[PreflightFinding]:
     sizes = sorted({max(2, g // 2), g, g * 2})
     groups = choices.groups_per_generation_batch
     groups_text = f"{groups:g} prompts per generation batch" if groups is not None else "prompts per batch unknown"
-    severity = "warning" if g < 4 else "info"
+    # A choice, not evidence of a problem in this run: the dead_groups guard warns when groups really die.
+    severity = "info"
     message = (
         f"num_generations={g} ({groups_text}). With pass/fail rewards a group is dead (zero advantage, no "
         f"gradient) with probability p^G + (1-p)^G: {expected_dead_share(0.5, g):.0%} at success rate 0.5, "
@@ -565,7 +566,7 @@ def check_group_size(choices: TrainingChoices) -> list[PreflightFinding]:
     if groups is not None and groups < 2:
         out.append(
             PreflightFinding(
-                "warning",
+                "info",  # common on one GPU with a large group; a choice, not a defect
                 "group_size",
                 "one_prompt_per_batch",
                 f"one generation batch holds {groups:g} prompt(s): each update follows a single question.",
@@ -619,15 +620,16 @@ def check_completion_length(
                 "set a cap from a length probe so one runaway rollout cannot stall a step",
             )
         ]
-    if probe is None:
+    if probe is None:  # no evidence either way: a note; the truncation guard judges the cap on the live lengths
         return [
             PreflightFinding(
-                "warning",
+                "info",
                 "generation",
                 "completion_length",
-                f"max_completion_length={cap} was not checked against the data: no length probe was run.",
-                "run the length probe (rl_guards.trl.length_probe) on a few training prompts and set the cap above "
-                "its p99",
+                f"max_completion_length={cap} was not checked before training (no length probe); the truncation "
+                "guard checks it against the run's own completion lengths.",
+                "to check before training: rl-guards probe-lengths --model DIR --dataset DATA --output probe.json, "
+                "then rl-guards preflight grpo.yaml --length_probe probe.json",
             )
         ]
     out: list[PreflightFinding] = []
@@ -694,7 +696,7 @@ def check_vllm(choices: TrainingChoices, *, has_rollout_func: bool = False) -> l
     if has_rollout_func:
         out.append(
             PreflightFinding(
-                "warning",
+                "info",  # no evidence of a difference: the masking and template guards still see its rows
                 "template",
                 "rollout_func",
                 "a rollout_func is set: TRL hands it the raw prompts and it renders them itself, so rollouts do not "

@@ -23,6 +23,17 @@ class TaskTruncation:
         return self.truncated / self.rows if self.rows else 0.0
 
 
+def share_lower_bound(hits: int, total: int, z: float = 1.96) -> float:
+    """Wilson lower confidence bound of a share (``hits`` of ``total``; 95 % one-sided at z=1.645, two at 1.96)."""
+    if total <= 0:
+        return 0.0
+    p = hits / total
+    denom = 1 + z * z / total
+    centre = p + z * z / (2 * total)
+    spread = z * ((p * (1 - p) + z * z / (4 * total)) / total) ** 0.5
+    return max(0.0, (centre - spread) / denom)
+
+
 def truncation_by_task(batch: RolloutBatch, max_examples: int = 2) -> dict[str, TaskTruncation]:
     """Per task: rows, truncated rows (no EOS: the completion hit the length cap), example rows."""
     names, index = batch.task_index

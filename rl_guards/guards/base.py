@@ -87,6 +87,9 @@ class GuardSession:
         # shown; the TRL adapter writes W&B summary entries and alerts from it
         self.listeners: list[Callable[[Finding, bool], None]] = []
         self._pending: list[_Pending] = []  # findings whose message is rendered at settle()
+        # one-time notes (guard, kind) -> text: said once, never counted as findings (a confirmation, advice, a
+        # check that could not run without evidence of a problem)
+        self.notes: dict[tuple[str, str], str] = {}
         self._stops: list[tuple[type[GuardError], Finding]] = []  # raise-mode findings since the last settle()
 
     def reporter(self, guard: str, config: GuardConfig, step: int | None) -> Reporter:
@@ -101,6 +104,18 @@ class GuardSession:
         """Take the metrics collected since the last call."""
         out, self.metrics = self.metrics, {}
         return out
+
+    def note(self, guard: str, kind: str, message: str) -> bool:
+        """Say ``message`` once per (guard, kind) at info level; not a finding: no count, alert or summary entry.
+
+        Returns True when it was said now (False: said before, in this run or before a resume).
+        """
+        key = (guard, kind)
+        if key in self.notes:
+            return False
+        self.notes[key] = message
+        logger.info("[rl_guards/%s] note: %s", guard, message)
+        return True
 
     def record(
         self,
@@ -183,23 +198,38 @@ class GuardSession:
         return error(f"[rl_guards/{finding.guard}] {finding.message}", guard=finding.guard, step=finding.step)
 
     def summary_rows(self) -> list[dict[str, Any]]:
-        """One row per (guard, kind): count and first step (None when unknown)."""
-        return [
-            {"guard": guard, "kind": kind, "count": count, "first_step": self.first_step.get((guard, kind))}
+        """One row per (guard, kind), most severe first: severity, count and first step (None when unknown)."""
+        rows = [
+            {
+                "guard": guard,
+                "kind": kind,
+                "severity": self.severity.get((guard, kind), "info"),
+                "count": count,
+                "first_step": self.first_step.get((guard, kind)),
+            }
             for (guard, kind), count in sorted(self.counts.items())
         ]
+        rows.sort(key=lambda r: -SEVERITIES.index(r["severity"]))  # stable: by name within a severity
+        return rows
 
     def summary_text(self) -> str:
-        """A readable end-of-run table of what the guards found."""
+        """A readable end-of-run table of what the guards found (severity first), then the notes said once."""
         rows = self.summary_rows()
+        lines = []
         if not rows:
-            return "rl_guards: no findings."
-        width = max(len(f"{r['guard']}/{r['kind']}") for r in rows)
-        lines = ["rl_guards findings:", f"  {'guard/kind'.ljust(width)}  count  first step"]
-        for r in rows:
-            name = f"{r['guard']}/{r['kind']}".ljust(width)
-            first = "-" if r["first_step"] is None else r["first_step"]
-            lines.append(f"  {name}  {r['count']:>5}  {first}")
+            lines.append("rl_guards: no findings.")
+        else:
+            width = max(len("guard/kind"), *(len(f"{r['guard']}/{r['kind']}") for r in rows))
+            lines += ["rl_guards findings:", f"  severity  {'guard/kind'.ljust(width)}  count  first step"]
+            for r in rows:
+                name = f"{r['guard']}/{r['kind']}".ljust(width)
+                first = "-" if r["first_step"] is None else r["first_step"]
+                lines.append(f"  {r['severity']:<8}  {name}  {r['count']:>5}  {first}")
+        if self.notes:
+            lines.append("rl_guards notes (said once, not findings):")
+            for (guard, kind), text in self.notes.items():
+                first_line = text.strip().splitlines()[0] if text.strip() else ""
+                lines.append(f"  {guard}/{kind}: {first_line}")
         return "\n".join(lines)
 
     # ----- resume -----------------------------------------------------------------------------------------
@@ -214,6 +244,7 @@ class GuardSession:
             "warned": sorted([g, k] for g, k in self._warned),
             "begin_keys": sorted([g, k] for g, k in self.begin_keys),
             "nonzero_metrics": sorted(self.metric_filter.nonzero_seen) if self.metric_filter is not None else [],
+            "notes": [[g, k, text[:2000]] for (g, k), text in sorted(self.notes.items())],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -231,6 +262,8 @@ class GuardSession:
         self._warned = {(str(g), str(k)) for g, k in state.get("warned", [])}
         self.begin_keys = {(str(g), str(k)) for g, k in state.get("begin_keys", [])}
         self._restored_begin_keys = set(self.begin_keys)
+        # notes said before the resume are not said again
+        self.notes = {(str(n[0]), str(n[1])): str(n[2]) if len(n) > 2 else "" for n in state.get("notes", [])}
         if self.metric_filter is not None:
             self.metric_filter.nonzero_seen = set(state.get("nonzero_metrics", []))
 
@@ -256,9 +289,24 @@ class Reporter:
         """Record an observation that never stops the run."""
         self.session.record(Finding(self.guard, kind, "info", message, self.step), warn=False)
 
+    def note(self, kind: str, message: str) -> bool:
+        """Say something once that is not a problem of this run (a confirmation, advice, a check that could not
+        run): logged at info level and listed under the run summary's notes; no count, no alert. True: said now."""
+        return self.session.note(self.guard, kind, message)
+
     def notice(self, kind: str, message: str) -> None:
         """Tell the user once (a warning), count it; never stops the run and is not a violation."""
         self.session.record(Finding(self.guard, kind, "warning", message, self.step), warn=True)
+
+    def suspect(self, kind: str, message: str | Callable[[], str], rows: Sequence[int] = ()) -> None:
+        """Evidence that may be the model's own doing: warned once and counted (mode log: counted only), never a
+        stop whatever the guard's mode. ``message`` may be rendered lazily, as for :meth:`violation`."""
+        warn = self.config.mode != "log"
+        defer = self.session.defer
+        render = message if callable(message) and defer else None
+        text = "" if render else (message() if callable(message) else str(message))
+        finding = Finding(self.guard, kind, "warning" if warn else "info", text, self.step)
+        self.session.record(finding, warn=warn, render=render, rows=rows)
 
     def violation(
         self,

@@ -8,7 +8,15 @@ from typing import Any, ClassVar
 from rl_guards.config import DeadGroupsConfig
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.core.group_size import advise_group_size, expected_dead_share
-from rl_guards.core.groups import REWARD_ATOL, TaskGroups, group_outcomes, trl_totals, update_ranges
+from rl_guards.core.groups import (
+    REWARD_ATOL,
+    TaskGroups,
+    group_outcomes,
+    outcome_passes,
+    trl_totals,
+    update_outcome_values,
+    update_ranges,
+)
 from rl_guards.core.metric_keys import decode_task, encode_task
 from rl_guards.errors import DeadGradientError
 from rl_guards.guards.base import Guard, Reporter
@@ -19,8 +27,9 @@ class DeadGroupGuard(Guard):
 
     Definitions (see :mod:`rl_guards.core.groups`): a group is dead when its rollouts' total rewards (TRL's
     weighted sum, None as 0) are all equal; *all pass* / *all fail* when that value is the top / bottom of the
-    task's range observed so far in the run. A row passes when its total is the top of that range; the pass
-    rate of a task is taken over its last ``warn_after_steps`` train batches.
+    task's range observed so far in the run. The pass rate of a task is what its pass/fail reward functions say
+    (see ``pass_rate`` below), over its last ``warn_after_steps`` train batches; shaped terms (a length penalty)
+    do not move it.
 
     Per task, ``rl_guards_task/<task>/...``:
 
@@ -32,7 +41,9 @@ class DeadGroupGuard(Guard):
     ``dead_all_fail``           share of its groups dead at the bottom (too hard)
     ``live_groups``             groups with a non-zero advantage
     ``zero_adv_token_share``    share of the task's completion tokens whose row has zero advantage
-    ``pass_rate``               share of rows at the top of the range (recent window)
+    ``pass_rate``               share of the task's judged rows that passed (recent window): judged by its
+                                pass/fail reward functions (those that gave it exactly two distinct scores so
+                                far), passed when each gave its higher score; not logged while it has none
     ``expected_dead_share``     ``p**G + (1-p)**G`` at the current group size (the advisor, binary model)
     ``dead_streak``             consecutive train batches in which the task had no live group
     ==========================  ===================================================================================
@@ -57,7 +68,9 @@ class DeadGroupGuard(Guard):
         self.config: DeadGroupsConfig
         self.streaks: dict[str, int] = {}  # task -> consecutive train batches without a live group
         self.ranges: dict[str, list[float]] = {}  # task -> observed [low, high] total reward
-        self.windows: dict[str, list[list[int]]] = {}  # task -> recent [pass_rows, rows] per train batch
+        self.windows: dict[str, list[list[int]]] = {}  # task -> recent [passed, judged rows] per train batch
+        # task -> reward function -> distinct scores seen (pass/fail functions give exactly two)
+        self.outcome_values: dict[str, dict[str, list[float]]] = {}
         self.group_size: int = 0  # num_generations of the last train batch
         self.dead_windows: dict[str, list[list[int]]] = {}  # task -> recent [dead groups, groups] per train batch
         self.crowded: set[str] = set()  # tasks whose recent dead share is above max_dead_share (warned)
@@ -77,6 +90,10 @@ class DeadGroupGuard(Guard):
         ranges = self.ranges if train else copy.deepcopy(self.ranges)
         update_ranges(ranges, batch, totals)
         stats = group_outcomes(batch, ranges, totals)
+        if train:
+            update_outcome_values(self.outcome_values, batch)
+        for task, (passed, judged) in outcome_passes(batch, self.outcome_values).items():
+            stats[task].pass_rows, stats[task].judged = passed, judged
         if train:
             self.group_size = batch.num_generations
             self._update_state(stats)
@@ -127,7 +144,7 @@ class DeadGroupGuard(Guard):
                 continue
             self.streaks[task] = self.streaks.get(task, 0) + 1 if s.live == 0 else 0
             window = self.windows.setdefault(task, [])
-            window.append([s.pass_rows, s.rows])
+            window.append([s.pass_rows, s.judged])
             del window[: -self.config.warn_after_steps]
             dead = self.dead_windows.setdefault(task, [])
             dead.append([s.dead, s.groups])
@@ -212,7 +229,7 @@ class DeadGroupGuard(Guard):
     def on_train_end(self, report: Reporter) -> None:
         text = self.advice_text()
         if text:
-            report.info("group_size_advice", text)
+            report.note("group_size_advice", text)
 
     # ----- resume -----------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -224,6 +241,7 @@ class DeadGroupGuard(Guard):
             "group_size": self.group_size,
             "dead_windows": {encode_task(t): [list(x) for x in w] for t, w in self.dead_windows.items()},
             "crowded": sorted(encode_task(t) for t in self.crowded),
+            "outcome_values": {encode_task(t): v for t, v in self.outcome_values.items()},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -234,3 +252,7 @@ class DeadGroupGuard(Guard):
         dead = state.get("dead_windows", {})
         self.dead_windows = {decode_task(t): [[int(d), int(g)] for d, g in w] for t, w in dead.items()}
         self.crowded = {decode_task(t) for t in state.get("crowded", [])}
+        self.outcome_values = {
+            decode_task(t): {str(f): [float(x) for x in xs] for f, xs in dict(v).items()}
+            for t, v in dict(state.get("outcome_values") or {}).items()
+        }

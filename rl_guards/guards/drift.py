@@ -120,7 +120,7 @@ class DriftGuard(Guard):
             return  # resumed: the probe set and the baseline come from the checkpoint
         self.choose_prompts()
         if not self.indices:
-            report.info("no_probe_prompts", "no dataset rows to probe: drift is not measured")
+            report.note("no_probe_prompts", "no dataset rows to probe: drift is not measured")
             return
         record = self._probe(int(report.step or 0))
         if record is None:

@@ -58,7 +58,7 @@ class PreflightGuard(Guard):
 
     def on_train_begin(self, report: Reporter) -> None:
         if self.ctx.tokenizer is None or self.ctx.args is None:
-            report.info("skipped", "no preflight report: the run context has no trainer args or tokenizer")
+            report.note("skipped", "no preflight report: the run context has no trainer args or tokenizer")
             return
         result = self.build_report()
         self.last_report = result

@@ -73,7 +73,7 @@ class RewardSanityGuard(Guard):
         report.metric("failures", float(len(result.failures) + len(result.unserved_tasks)))
         report.metric("checked", float(sum(r.status != "not_served" for r in result.results)))
         if result.ok:
-            report.info(
+            report.note(
                 "reward_sanity_ok", f"reward functions rank good above bad on {len(cases)} case(s):\n" + result.table()
             )
         else:
@@ -99,7 +99,7 @@ class RewardSanityGuard(Guard):
                 why = "no plain Python reward function to call"
             else:
                 why = f"the dataset has no reference column ({', '.join(REFERENCE_COLUMNS)}) with two different answers"
-            report.notice(
+            report.note(
                 "skipped",
                 f"reward sanity check skipped: no reward_sanity.cases_file and {why}. Set reward_sanity.cases_file "
                 "(known-good and known-bad completions per task) or reward_sanity.reference_column to check that the "
@@ -130,7 +130,7 @@ class RewardSanityGuard(Guard):
             )
         if not inverted and not blind:
             if not result.total_blind:
-                report.info(
+                report.note(
                     "reward_sanity_ok",
                     f"reward functions pay {column!r} answers more than other rows' answers on {len(rows)} row(s)",
                 )

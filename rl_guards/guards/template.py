@@ -138,7 +138,7 @@ class DoubleThinkGuard(Guard):
 
     def on_train_begin(self, report: Reporter) -> None:
         if self.ctx.tokenizer is None:
-            report.info("no_tokenizer", "no tokenizer in the run context: template not checked")
+            report.note("no_tokenizer", "no tokenizer in the run context: template not checked")
             return
         self.report = self.check()
         ignored = self._column_ignored(self.report)

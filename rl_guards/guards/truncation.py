@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any, ClassVar
 
 from rl_guards.config import TruncationConfig
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.core.templates import visible_tail
-from rl_guards.core.truncation import truncation_by_task
+from rl_guards.core.truncation import share_lower_bound, truncation_by_task
 from rl_guards.errors import TruncationError
 from rl_guards.guards.base import Guard, Reporter
 
@@ -28,8 +29,10 @@ class TruncationGuard(Guard):
     ``rl_guards/truncation/truncated_rate``     the same over the whole batch
     ==========================================  ==============================================
 
-    Violation ``truncation_rate`` (:class:`~rl_guards.errors.TruncationError`) when a task's share exceeds
-    ``truncation.max_rate``; the message shows the tails of truncated completions.
+    Violation ``truncation_rate`` (:class:`~rl_guards.errors.TruncationError`) when a task's share over its last
+    ``truncation.window`` batches (at least ``truncation.min_rows`` rows) is above ``truncation.max_rate`` beyond
+    sampling noise (the 95 % lower bound of the share exceeds it): a truncated row or two in a small batch is not
+    evidence that the cap is too low. The message shows the live lengths and the tails of truncated completions.
     """
 
     name: ClassVar[str] = "truncation"
@@ -38,6 +41,12 @@ class TruncationGuard(Guard):
     def __init__(self, config: Any) -> None:
         super().__init__(config)
         self.config: TruncationConfig
+        self.windows: dict[str, deque[tuple[int, int]]] = {}  # "<mode>/<task>" -> recent (rows, truncated)
+
+    def _window(self, key: str) -> deque[tuple[int, int]]:
+        if key not in self.windows:
+            self.windows[key] = deque(maxlen=max(1, int(self.config.window)))
+        return self.windows[key]
 
     def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
         stats = truncation_by_task(batch)
@@ -45,25 +54,53 @@ class TruncationGuard(Guard):
             report.task_metric(task, "truncated_rate", s.rate)
         total = len(batch)
         report.metric("truncated_rate", sum(s.truncated for s in stats.values()) / total if total else 0.0)
-        over = [s for s in stats.values() if s.rate > self.config.max_rate]
+        over: list[tuple[Any, int, int]] = []  # (this batch's stats, window rows, window truncated)
+        for task, s in stats.items():
+            window = self._window(f"{batch.mode}/{task}")
+            window.append((s.rows, s.truncated))
+            rows = sum(r for r, _ in window)
+            cut = sum(t for _, t in window)
+            if s.truncated and rows >= self.config.min_rows and share_lower_bound(cut, rows) > self.config.max_rate:
+                over.append((s, rows, cut))
         if over:
-            rows = [row for s in over for row in s.examples]
-            report.violation("truncation_rate", lambda: self._message(batch, over), TruncationError, rows=rows)
+            shown = [row for s, _, _ in over for row in s.examples]
+            report.violation("truncation_rate", lambda: self._message(batch, over), TruncationError, rows=shown)
 
-    def _message(self, batch: RolloutBatch, over: list[Any]) -> str:
+    def state_dict(self) -> dict[str, Any]:
+        return {"windows": {key: [list(x) for x in w] for key, w in self.windows.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.windows = {}
+        for key, items in dict(state.get("windows") or {}).items():
+            window = self._window(str(key))
+            for item in items:
+                window.append((int(item[0]), int(item[1])))
+
+    def _message(self, batch: RolloutBatch, over: list[tuple[Any, int, int]]) -> str:
         cap = f"max_completion_length={batch.max_completion_length}" if batch.max_completion_length else "the cap"
+        lengths = [int(n) for n in batch.completion_lengths]
+        done = sorted(n for n, t in zip(lengths, batch.truncated, strict=False) if not t)
+        finished = (
+            f"completions that finished: median {done[len(done) // 2]}, longest {done[-1]} tokens"
+            if done
+            else "no completion of this batch finished"
+        )
         lines = [
-            f"completions hit {cap} above truncation.max_rate={self.config.max_rate:g} at step {batch.step} "
-            f"({batch.mode}):"
+            f"completions hit {cap} more often than truncation.max_rate={self.config.max_rate:g} allows, beyond "
+            f"sampling noise, at step {batch.step} ({batch.mode}; {finished}):"
         ]
-        for s in over:
-            lines.append(f"  task {s.task!r}: {s.truncated}/{s.rows} truncated ({s.rate:.0%})")
+        for s, rows, cut in over:
+            lines.append(
+                f"  task {s.task!r}: {cut}/{rows} truncated over its last {len(self._window(f'{batch.mode}/{s.task}'))}"
+                f" batch(es) ({cut / rows:.0%}; this batch {s.truncated}/{s.rows})"
+            )
             for row in s.examples:
                 text = batch.completions[row]
                 tail = visible_tail(text, width=TAIL_CHARS) if isinstance(text, str) else "(text on another rank)"
                 lines.append(f"    row {row} ({batch.completion_lengths[row]} tokens) ends {tail}")
         lines.append(
-            "Fix: raise max_completion_length (measure with `rl-guards probe-lengths --model ... --dataset ...`), "
-            "or set mask_truncated_completions=True so cut completions carry no loss, or shorten the task."
+            "Fix: raise max_completion_length (measure first: `rl-guards probe-lengths --model DIR --dataset DATA "
+            "--output probe.json`, then `rl-guards preflight grpo.yaml --length_probe probe.json`), or set "
+            "mask_truncated_completions=True so cut completions carry no loss, or shorten the task."
         )
         return "\n".join(lines)

@@ -391,7 +391,7 @@ class RolloutRecorder(Guard):
                 target.mkdir(parents=True, exist_ok=True)
                 for s in stale:
                     os.replace(folder / entries.pop(s)["file"], target / step_file_name(s))
-                report.info(
+                report.note(
                     "superseded",
                     f"training starts at step {step}: moved the dumps of steps {stale} (an abandoned trajectory) "
                     f"to {target}",
@@ -428,7 +428,7 @@ class RolloutRecorder(Guard):
             path = self.folder / entries[latest]["file"]
             meta = retag_dump(path, checkpoint)
             entries[latest] = index_entry(meta, path.name)
-            report.info("retagged_dump", f"tagged the dump of step {latest} with checkpoint-{checkpoint} on resume")
+            report.note("retagged_dump", f"tagged the dump of step {latest} with checkpoint-{checkpoint} on resume")
 
     # ----- dumping ------------------------------------------------------------------------------------
     def _dump(self, reason: str, checkpoint: int | None, report: Reporter, *, wait: bool = False) -> None:

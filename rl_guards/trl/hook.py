@@ -785,9 +785,13 @@ class GuardRun(TrainerCallback, ExportableState):
         self._dispatch("on_train_end", int(state.global_step))
         if self.ctx.is_main_process:
             from rl_guards.trl import wandb_io
+            from rl_guards.trl.log_routing import finding_summary
 
             wandb_io.set_summary(
-                {f"rl_guards/findings/{r['guard']}/{r['kind']}": r["count"] for r in self.session.summary_rows()}
+                {
+                    f"rl_guards/findings/{guard}/{kind}": finding_summary(self.session, (guard, kind))
+                    for guard, kind in self.session.counts
+                }
             )
 
     def _dispatch(self, hook: str, step: int, *args: Any) -> None:

@@ -10,8 +10,9 @@ The metrics travel in the trainer's own metric buffer, so they reach ``trainer.s
 - the console printer (``PrinterCallback`` / ``ProgressCallback``): it prints the trainer's log without those keys,
   followed by one status line (findings so far, by kind).
 
-Findings reach W&B as they happen: each count and first step in the run summary (``rl_guards/findings/<guard>/
-<kind>``, ``rl_guards/first_step/...``), and the first finding of each kind at warn or raise severity as a W&B
+Findings reach W&B as they happen: each kind's severity, count and first step in the run summary
+(``rl_guards/findings/<guard>/<kind>``: ``{"severity", "count", "first_step"}``; notes are not findings), and the
+first finding of each kind at warn or raise severity as a W&B
 alert (title ``rl_guards: <guard>/<kind>``, text the message with its decoded rows; at most ``MAX_ALERTS`` a run).
 The effective GuardsConfig is written into the run config under ``rl_guards``. All of it is best effort, on the
 main process only: W&B trouble never breaks training.
@@ -37,6 +38,15 @@ _OURS = (f"{METRIC_PREFIX}/", TASK_PREFIX)
 def is_guard_key(key: str) -> bool:
     """A metric rl_guards logs (train mode; eval keys carry TRL's ``eval_`` prefix and stay with HF)."""
     return key.startswith(_OURS)
+
+
+def finding_summary(session: GuardSession, key: tuple[str, str]) -> dict[str, Any]:
+    """What the run summary holds for one finding kind: its severity, count and first step."""
+    return {
+        "severity": session.severity.get(key, "info"),
+        "count": session.counts.get(key, 0),
+        "first_step": session.first_step.get(key),
+    }
 
 
 class SignalRouter:
@@ -108,10 +118,7 @@ class SignalRouter:
             return
         key = (finding.guard, finding.kind)
         name = f"{finding.guard}/{finding.kind}"
-        values: dict[str, Any] = {f"rl_guards/findings/{name}": self.session.counts.get(key, 0)}
-        first = self.session.first_step.get(key)
-        if first is not None:
-            values[f"rl_guards/first_step/{name}"] = first
+        values: dict[str, Any] = {f"rl_guards/findings/{name}": finding_summary(self.session, key)}
         if finding.severity == "error":
             values["rl_guards/stopped_by"] = f"{name} at step {finding.step}"
         wandb_io.set_summary(values)

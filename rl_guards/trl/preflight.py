@@ -337,15 +337,17 @@ def _untemplated_train_finding(train_rendered: list[str], train_fp: TemplateFing
             f"generation prompt ({visible_whitespace(suffix, newline_marks=True)}).",
             "make sure eval renders its prompts with the same code",
         )
+    # Raw-text prompts are a first-class TRL dataset type (the usual R1-Zero setup on a base model): no evidence of
+    # a problem in this run, so a note, not a warning.
     return PreflightFinding(
-        "warning",
+        "info",
         "template",
         "train_untemplated",
         "train prompts are plain strings that do not end with the tokenizer's generation prompt "
         f"({visible_whitespace(suffix, newline_marks=True) or '-'}): TRL passes strings untemplated, so the model "
         "sees raw text with no chat markup.",
-        "store prompts as conversational messages ([{'role': 'user', 'content': ...}]) so TRL applies the chat "
-        "template",
+        "if the model is a chat model, store prompts as conversational messages ([{'role': 'user', 'content': "
+        "...}]) so TRL applies the chat template; for a base model on raw text, nothing to do",
     )
 
 
