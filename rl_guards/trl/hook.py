@@ -45,6 +45,7 @@ from rl_guards.config import GuardsConfig
 from rl_guards.core.batch import RolloutBatch, nan_to_none
 from rl_guards.core.completions import completion_text
 from rl_guards.core.metric_set import MetricFilter
+from rl_guards.core.rng import forked_rng
 from rl_guards.core.run_summary import task_summary_text
 from rl_guards.core.task_labels import TaskLabels, task_hash, task_name
 from rl_guards.core.think_markup import prompts_open_block
@@ -278,7 +279,8 @@ class GuardRun(TrainerCallback, ExportableState):
         saved = (copy.deepcopy(trainer._metrics), copy.deepcopy(getattr(trainer, "_logs", None)),
                  getattr(trainer.state, "num_input_tokens_seen", None))  # fmt: skip
         try:
-            with torch.no_grad():
+            # Sampling draws from the run's generators: forked, so the run samples as if the probe never ran.
+            with forked_rng(), torch.no_grad():
                 output = self._original_generate(inputs)
             pending = self._pending_rewards
         finally:
