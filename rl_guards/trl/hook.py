@@ -164,7 +164,21 @@ class GuardRun(TrainerCallback, ExportableState):
         kwargs = getattr(trainer, "chat_template_kwargs", None) or getattr(args, "chat_template_kwargs", None) or {}
 
         def render_prompts(prompts: list[Any]) -> list[list[int]]:
-            ids = trainer._tokenize_prompts(prompts)[0]
+            # With environment_factory, TRL renders each prompt with its batch environment's tools, which it sets
+            # only inside a rollout: outside one, render with the first environment's (the only one, usually).
+            factories = getattr(trainer, "environment_factories", None)
+            if not factories:
+                ids = trainer._tokenize_prompts(prompts)[0]
+                return [list(map(int, row)) for row in ids]
+            before = trainer.__dict__.get("_batch_environments", _UNSET)
+            trainer._batch_environments = [next(iter(factories))] * len(prompts)
+            try:
+                ids = trainer._tokenize_prompts(prompts)[0]
+            finally:
+                if before is _UNSET:
+                    trainer.__dict__.pop("_batch_environments", None)
+                else:
+                    trainer._batch_environments = before
             return [list(map(int, row)) for row in ids]
 
         def decode(ids: list[int]) -> str:
