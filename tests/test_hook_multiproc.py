@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -43,6 +44,7 @@ def _launch(
     cache: str,
     extra_env: dict[str, str] | None = None,
     guards_config: dict[str, Any] | None = None,
+    timeout: int = 300,
 ) -> subprocess.CompletedProcess[str]:
     env = {
         **(extra_env or {}),
@@ -67,7 +69,16 @@ def _launch(
             str(SCRIPT),
             str(out),
         ]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
+    # Its own session, so a run that overstays is killed with its workers (torchrun leaves them behind otherwise).
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"the {nproc}-process run hung: killed after {timeout} s\n{(stdout + stderr)[-3000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 def _batches(path: Path) -> list[dict[str, Any]]:
@@ -180,3 +191,26 @@ def test_a_stop_on_the_main_process_alone_stops_every_rank(tiny: Any, tmp_path: 
     assert "stopped on another rank; this rank stops with it" in text, text[-3000:]
     steps = [[b["step"] for b in _batches(out / f"batches_rank{rank}.jsonl")] for rank in (0, 1)]
     assert steps[0] == steps[1] and len(steps[0]) <= 2, steps  # both stopped together, within a step
+
+
+@pytest.mark.slow
+def test_a_probe_generation_failing_on_one_rank_is_skipped_by_every_rank_and_the_checkpoint_is_written(
+    tiny: Any, tmp_path: Path
+) -> None:
+    # Rank 1 runs out of memory generating the drift probe before checkpoint 2; rank 0 is then inside TRL's gathers.
+    # A 30 s process-group timeout makes a desync fail (or the 240 s limit stop it) rather than hang.
+    out = tmp_path / "probe"
+    out.mkdir()
+    env = {"FAIL_PROBE_RANK": "1", "DDP_TIMEOUT": "30"}
+    config = {**GUARDS_CONFIG, "drift": {"mode": "warn"}}
+    proc = _launch(out, nproc=2, per_device_batch=6, cache=os.environ["RL_GUARDS_CACHE"], extra_env=env,
+                   guards_config=config, timeout=240)  # fmt: skip
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-4000:]
+    assert (out / "checkpoint-2" / "trainer_state.json").is_file()
+    history = json.loads((out / "log_history.json").read_text())
+    assert len([row for row in history if "loss" in row]) == 3  # training went on after the checkpoint
+    assert "drift/probe_failed" in (out / "summary.txt").read_text()
+    assert re.search(r"probe generation failed on rank 1: generation: OutOfMemoryError: injected", text), text[-4000:]
+    drift = out / "rl_guards" / "rollouts" / "drift"
+    assert (drift / "step_000000.json").is_file() and not (drift / "step_000002.json").exists()

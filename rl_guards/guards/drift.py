@@ -122,7 +122,7 @@ class DriftGuard(Guard):
         if not self.indices:
             report.note("no_probe_prompts", "no dataset rows to probe: drift is not measured")
             return
-        record = self._probe(int(report.step or 0))
+        record = self._probe(int(report.step or 0), report)
         if record is None:
             return
         stats, examples = record
@@ -152,7 +152,7 @@ class DriftGuard(Guard):
         if not self.baseline or not self.indices:
             return
         step = int(report.step or 0)
-        record = self._probe(step)
+        record = self._probe(step, report)
         if record is None:
             return
         stats, examples = record
@@ -184,15 +184,55 @@ class DriftGuard(Guard):
         self._write(step, stats, examples, alarms)
 
     # ----- probing -----------------------------------------------------------------------------------------
-    def _probe(self, step: int) -> tuple[dict[str, BehaviourStats], dict[str, str]] | None:
+    def _probe(self, step: int, report: Reporter) -> tuple[dict[str, BehaviourStats], dict[str, str]] | None:
         """Generate and score the probe set; per-task statistics (the same on every rank) and this rank's first
-        completion of each probe prompt (decoded, special tokens kept)."""
+        completion of each probe prompt (decoded, special tokens kept). None on every rank alike when some rank
+        failed (said once, as ``probe_failed``): ranks never part at a collective, and training goes on."""
         dataset = self._dataset()
-        rows = [dict(dataset[i]) for i in self.indices]
+        rows = [dict(dataset[i]) for i in self.indices]  # the same rows on every rank
         out = self.ctx.probe_generate(rows)
         if out is None:
             return None
+        if out.get("error"):
+            self._say_failed(step, str(out["error"]), report)
+            return None
         group = int(out["group_size"])
+        names = list(out["reward_names"])
+        width = 2 + len(ROW_FIELDS) + 2 + len(names)  # ok, probe index, row stats, distinct, total, rewards
+        numbers: list[list[float]] = []
+        examples: dict[str, str] = {}
+        error: str | None = None
+        try:
+            numbers, examples = self._numbers(rows, out, group)
+            if len(numbers) != len(rows) * group or any(len(r) != width for r in numbers):
+                raise ValueError(f"{len(numbers)} probe rows for {len(rows)} x {group} completions")
+        except Exception as exc:  # this rank's own bug: placeholder rows keep the gather the same on every rank
+            error = f"{type(exc).__name__}: {exc}"
+            logger.warning("rl_guards/drift: probe statistics failed on this rank at step %s: %s", step, error)
+            numbers = [[0.0] * width for _ in range(len(rows) * group)]
+        gather = self.ctx.all_gather_rows or (lambda r: r)
+        gathered = gather(numbers)
+        if any(r[0] != 1.0 for r in gathered):
+            self._say_failed(step, f"probe statistics failed on a rank{': ' + error if error else ''}", report)
+            return None
+        gathered = [r[1:] for r in gathered]
+        stats_by_task: dict[str, BehaviourStats] = {}
+        for task in sorted(set(self.tasks)):
+            mine = [r for r in gathered if self.tasks[int(r[0])] == task]
+            row_objs = [RowStats(*r[1 : 1 + len(ROW_FIELDS)]) for r in mine]
+            rest = [r[1 + len(ROW_FIELDS) :] for r in mine]
+            stats_by_task[task] = summarise(
+                row_objs,
+                [r[0] for r in rest],
+                [dict(zip(names, r[2:], strict=False)) for r in rest],
+                [r[1] for r in rest],
+            )
+        return stats_by_task, examples
+
+    def _numbers(
+        self, rows: list[dict[str, Any]], out: dict[str, Any], group: int
+    ) -> tuple[list[list[float]], dict[str, str]]:
+        """This rank's numeric rows of the probe (an ``ok`` flag first) and its first completion of each prompt."""
         decode = self.ctx.decode or (lambda ids: "")
         markup = markup_from_config(self.guards_config.think_tags, self.ctx.template_text)
         opened = self._prompts_opened(rows, markup)
@@ -210,23 +250,22 @@ class DriftGuard(Guard):
                 stats = row_stats(text, ids, terminated=out["terminated"][k], markup=markup, prompt_opened=opened[p])
                 rewards = out["rewards"][k] if k < len(out["rewards"]) else []
                 total = sum(w * (v or 0.0) for w, v in zip(weights, rewards, strict=False)) if rewards else float("nan")
-                reward_cells = [float("nan") if v is None else float(v) for v in rewards]
-                numbers.append([float(p), *stats.as_list(), distinct, total, *reward_cells])
-        gather = self.ctx.all_gather_rows or (lambda r: r)
-        gathered = gather(numbers)
-        stats_by_task: dict[str, BehaviourStats] = {}
-        names = list(out["reward_names"])
-        for task in sorted(set(self.tasks)):
-            mine = [r for r in gathered if self.tasks[int(r[0])] == task]
-            row_objs = [RowStats(*r[1 : 1 + len(ROW_FIELDS)]) for r in mine]
-            rest = [r[1 + len(ROW_FIELDS) :] for r in mine]
-            stats_by_task[task] = summarise(
-                row_objs,
-                [r[0] for r in rest],
-                [dict(zip(names, r[2:], strict=False)) for r in rest],
-                [r[1] for r in rest],
-            )
-        return stats_by_task, examples
+                reward_cells = [float("nan") if v is None else float(v) for v in rewards][: len(out["reward_names"])]
+                reward_cells += [float("nan")] * (len(out["reward_names"]) - len(reward_cells))
+                numbers.append([1.0, float(p), *stats.as_list(), distinct, total, *reward_cells])
+        return numbers, examples
+
+    def _say_failed(self, step: int, why: str, report: Reporter) -> None:
+        after = (
+            "drift is not measured at this checkpoint (the checkpoint is written as usual)"
+            if self.baseline
+            else "no baseline, so drift is not measured in this run"
+        )
+        report.notice(
+            "probe_failed",
+            f"step {step}: {why}. Every rank skipped the probe together; {after}. Fix: lower drift.prompts_per_task "
+            "(fewer probe rows at once) or free memory at checkpoints.",
+        )
 
     def _prompts_opened(self, rows: list[dict[str, Any]], markup: Any) -> list[bool]:
         render = self.ctx.render_prompts

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rl_guards.core.batch import nan_to_none
+from rl_guards.core.rng import forked_rng
 
 
 def _noop(*args: Any, **kwargs: Any) -> None:
@@ -42,9 +43,10 @@ def call_reward(
         "log_extra": _noop,
         "log_metric": _noop,
     }
-    result = fn(**kwargs)
-    if inspect.isawaitable(result):
-        result = asyncio.run(_await(result))
+    with forked_rng():  # a check of the function must not move the run's random state (a sampled judge, ...)
+        result = fn(**kwargs)
+        if inspect.isawaitable(result):
+            result = asyncio.run(_await(result))
     scores = nan_to_none([None if v is None else float(v) for v in result])
     if len(scores) != len(completions):
         raise ValueError(f"returned {len(scores)} values for {len(completions)} completions")

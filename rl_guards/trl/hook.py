@@ -45,6 +45,7 @@ from rl_guards.config import GuardsConfig
 from rl_guards.core.batch import RolloutBatch, nan_to_none
 from rl_guards.core.completions import completion_text
 from rl_guards.core.metric_set import MetricFilter
+from rl_guards.core.rng import forked_rng
 from rl_guards.core.run_summary import task_summary_text
 from rl_guards.core.task_labels import TaskLabels, task_hash, task_name
 from rl_guards.core.think_markup import prompts_open_block
@@ -66,6 +67,7 @@ REQUIRED_OUTPUT_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completi
 # Dataset columns never copied into RolloutBatch.columns (TRL's own or too large to gather).
 _SKIP_COLUMNS = frozenset({"prompt", "completion", "completion_ids", "images", "image"})
 # Per-row numbers every rank contributes for its rows (then guards' features): the gathered batch.
+_UNSET = object()  # an attribute the trainer did not have
 BASE_FEATURES = ("ok", "advantage", "task", "length", "truncated", "thinking", "prompt_opened")
 
 
@@ -162,7 +164,21 @@ class GuardRun(TrainerCallback, ExportableState):
         kwargs = getattr(trainer, "chat_template_kwargs", None) or getattr(args, "chat_template_kwargs", None) or {}
 
         def render_prompts(prompts: list[Any]) -> list[list[int]]:
-            ids = trainer._tokenize_prompts(prompts)[0]
+            # With environment_factory, TRL renders each prompt with its batch environment's tools, which it sets
+            # only inside a rollout: outside one, render with the first environment's (the only one, usually).
+            factories = getattr(trainer, "environment_factories", None)
+            if not factories:
+                ids = trainer._tokenize_prompts(prompts)[0]
+                return [list(map(int, row)) for row in ids]
+            before = trainer.__dict__.get("_batch_environments", _UNSET)
+            trainer._batch_environments = [next(iter(factories))] * len(prompts)
+            try:
+                ids = trainer._tokenize_prompts(prompts)[0]
+            finally:
+                if before is _UNSET:
+                    trainer.__dict__.pop("_batch_environments", None)
+                else:
+                    trainer._batch_environments = before
             return [list(map(int, row)) for row in ids]
 
         def decode(ids: list[int]) -> str:
@@ -262,7 +278,14 @@ class GuardRun(TrainerCallback, ExportableState):
     def _probe_generate(self, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
         """Generate and score ``rows`` (each ``num_generations`` times) with the trainer's own path, outside of
         training: the trainer's metrics, completions table and token count are restored afterwards and no guard
-        sees the batch. Returns this rank's completions: ids (unpadded), terminated flags, rewards per function."""
+        sees the batch. Returns this rank's completions: ids (unpadded), terminated flags, rewards per function;
+        or ``{"error": why}`` on every rank alike when it failed on some rank.
+
+        Collective (TRL's path gathers): a failure on one rank (an out-of-memory in generation) must not leave the
+        ranks in different collectives. The local stages (prompt templating, generation, log-prob forwards) fail
+        softly: the rank goes on with placeholder rows through the same collectives as the others, and one
+        all_reduce then tells every rank whether to drop the result.
+        """
         import copy
 
         import torch
@@ -277,10 +300,18 @@ class GuardRun(TrainerCallback, ExportableState):
         inputs = [dict(row) for row in rows for _ in range(group)]
         saved = (copy.deepcopy(trainer._metrics), copy.deepcopy(getattr(trainer, "_logs", None)),
                  getattr(trainer.state, "num_input_tokens_seen", None))  # fmt: skip
+        stages = _SoftLocalStages(trainer, self.ctx)
+        failure: str | None = None
+        output: Any = None
+        pending: tuple[Any, ...] | None = None
         try:
-            with torch.no_grad():
+            # Sampling draws from the run's generators: forked, so the run samples as if the probe never ran.
+            with forked_rng(), torch.no_grad(), stages:
                 output = self._original_generate(inputs)
             pending = self._pending_rewards
+            failure = stages.failure
+        except Exception as exc:  # past the local stages: this rank's error is agreed on below all the same
+            failure = stages.failure or f"{type(exc).__name__}: {exc}"
         finally:
             trainer._metrics = saved[0]
             if saved[1] is not None:
@@ -291,6 +322,13 @@ class GuardRun(TrainerCallback, ExportableState):
             if self.ctx.reward_error_log is not None:
                 self.ctx.reward_error_log.take()
             drain_watched()  # a watched judge's inputs of the probe batch are not a training batch's
+        failed_rank = self._agree_on_failure(failure)
+        if failed_rank is not None:
+            where = f"on rank {failed_rank}" if self.ctx.world_size > 1 else ""
+            why = f": {failure}" if failure is not None else " (the error is in that rank's log)"
+            if failure is not None:
+                logger.warning("rl_guards: probe generation failed %s: %s", where or "here", failure)
+            return {"error": f"probe generation failed{' ' + where if where else ''}{why}"}
         ids = output["completion_ids"].detach().cpu()
         mask = output["completion_mask"].detach().cpu()
         eos = set(self.ctx.eos_token_ids)
@@ -321,6 +359,17 @@ class GuardRun(TrainerCallback, ExportableState):
         width = len(rows[0]) if rows else 0
         local = torch.tensor(rows, dtype=torch.float64).reshape(len(rows), width).to(self._device())
         return collectives.all_gather_rows(local).cpu().tolist()
+
+    def _agree_on_failure(self, failure: str | None) -> int | None:
+        """Whether some rank failed (one all_reduce on every rank): the highest failing rank, or None."""
+        if self.ctx.world_size <= 1 or not collectives.distributed():
+            return None if failure is None else self.ctx.process_index
+        failed, rank = collectives.all_reduce_ints(
+            [int(failure is not None), self.ctx.process_index + 1 if failure is not None else 0],
+            op="max",
+            device=self._device(),
+        )
+        return rank - 1 if failed else None
 
     def _catch_reward_errors(self) -> None:
         """Wrap each plain reward function so that rows it raises on are scored None and reported, not fatal."""
@@ -905,6 +954,83 @@ class GuardRun(TrainerCallback, ExportableState):
             if g.name == name:
                 return g
         raise KeyError(f"no guard named {name!r}; installed: {[g.name for g in self.guards]}")
+
+
+class _SoftLocalStages:
+    """While a probe runs: TRL's local, memory-hungry stages return placeholders instead of raising.
+
+    ``_tokenize_prompts``, ``_generate_single_turn`` and ``_get_per_token_logps_and_entropies`` run no collective
+    (with transformers generation), so a rank whose stage fails (out of memory) can carry on with one-token rows
+    through the collectives that follow, as the other ranks do; ``failure`` says what failed. Patched on the
+    instance for the probe only, then put back.
+    """
+
+    STAGES = ("_tokenize_prompts", "_generate_single_turn", "_get_per_token_logps_and_entropies")
+
+    def __init__(self, trainer: Any, ctx: RunContext) -> None:
+        self.trainer = trainer
+        self.failure: str | None = None
+        pad = ctx.pad_token_id if ctx.pad_token_id is not None else 0
+        self.pad = int(pad)
+        self.eos = int(ctx.eos_token_ids[0]) if ctx.eos_token_ids else self.pad
+        self._saved: dict[str, Any] = {}
+
+    def _fail(self, stage: str, exc: BaseException) -> None:
+        if self.failure is None:
+            self.failure = f"{stage}: {type(exc).__name__}: {exc}"
+
+    def __enter__(self) -> _SoftLocalStages:
+        trainer = self.trainer
+        for name in self.STAGES:
+            original = getattr(trainer, name, None)
+            if not callable(original):
+                continue
+            self._saved[name] = trainer.__dict__.get(name, _UNSET)
+            setattr(trainer, name, getattr(self, f"_soft{name}")(original))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for name, before in self._saved.items():
+            if before is _UNSET:
+                self.trainer.__dict__.pop(name, None)
+            else:
+                setattr(self.trainer, name, before)
+        self._saved = {}
+
+    def _soft_tokenize_prompts(self, original: Any) -> Any:
+        def run(prompts: list[Any], *args: Any, **kwargs: Any) -> Any:
+            if self.failure is None:
+                try:
+                    return original(prompts, *args, **kwargs)
+                except Exception as exc:
+                    self._fail("prompt templating", exc)
+            return [[self.pad] for _ in prompts], None, {}
+
+        return run
+
+    def _soft_generate_single_turn(self, original: Any) -> Any:
+        def run(prompt_ids: list[Any], *args: Any, **kwargs: Any) -> Any:
+            if self.failure is None:
+                try:
+                    return original(prompt_ids, *args, **kwargs)
+                except Exception as exc:
+                    self._fail("generation", exc)
+            return [[self.eos] for _ in prompt_ids], None
+
+        return run
+
+    def _soft_get_per_token_logps_and_entropies(self, original: Any) -> Any:
+        def run(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int, *args: Any, **kwargs: Any) -> Any:
+            if self.failure is None:
+                try:
+                    return original(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
+                except Exception as exc:
+                    self._fail("log-prob forward", exc)
+            import torch
+
+            return torch.zeros(input_ids.size(0), logits_to_keep, device=input_ids.device), None, None
+
+        return run
 
 
 def _dataset_task_counts(dataset: Any, tasks: Any) -> dict[str, int]:

@@ -65,6 +65,19 @@ def render_prompt_text(
     )
 
 
+def probe_conversation(
+    tokenizer: Any, *, chat_template: str | None = None, chat_template_kwargs: Mapping[str, Any] | None = None
+) -> list[dict[str, str]]:
+    """:data:`PROBE_CONVERSATION`, without its system turn where the template refuses one (Gemma 2's raises
+    "System role not supported")."""
+    try:
+        render_prompt_text(tokenizer, PROBE_CONVERSATION, chat_template=chat_template,
+                           chat_template_kwargs=chat_template_kwargs)  # fmt: skip
+        return PROBE_CONVERSATION
+    except Exception:  # a template error is the template's rule, not ours: probe with the user turn alone
+        return [m for m in PROBE_CONVERSATION if m["role"] != "system"]
+
+
 def _template_text(tokenizer: Any, chat_template: str | None) -> str:
     template = chat_template if chat_template is not None else getattr(tokenizer, "chat_template", None)
     if isinstance(template, Mapping):  # several named templates
@@ -207,7 +220,9 @@ def build_preflight_report(
 
     train_rows = sample_rows(train_dataset, max(config.examples, 1), task_column=task_column)
     train_prompts = [row["prompt"] for row in train_rows if "prompt" in row]
-    probe = next((p for p in train_prompts if is_conversational_prompt(p)), PROBE_CONVERSATION)
+    probe = next((p for p in train_prompts if is_conversational_prompt(p)), None) or probe_conversation(
+        tokenizer, chat_template=chat_template, chat_template_kwargs=kwargs
+    )
     train_fp = template_fingerprint(
         tokenizer, probe, label="train", chat_template=chat_template, chat_template_kwargs=kwargs
     )

@@ -55,6 +55,7 @@ def main(out_dir: str) -> None:
         save_strategy="steps",
         save_steps=2,
         ddp_backend="gloo" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None,
+        ddp_timeout=int(os.environ.get("DDP_TIMEOUT", "1800")),  # short in tests: a desync fails instead of hanging
     )
     trainer = GRPOTrainer(
         model=tiny.model_dir,
@@ -75,6 +76,18 @@ def main(out_dir: str) -> None:
             return build_rows(output, pending)
 
         run._local_rows = broken_rows
+    fail_probe_rank = os.environ.get("FAIL_PROBE_RANK")
+    if fail_probe_rank is not None and int(fail_probe_rank) == rank:
+        # Fault injection: generation runs out of memory on this rank alone during the drift probe before the
+        # checkpoint (the trainer is about to save; its own rollouts never run then).
+        generate = trainer._generate_single_turn
+
+        def out_of_memory(*args: object, **kwargs: object) -> object:
+            if trainer.control.should_save:
+                raise torch.OutOfMemoryError("injected: CUDA out of memory during the probe generation")
+            return generate(*args, **kwargs)
+
+        trainer._generate_single_turn = out_of_memory
     trainer.train()
     if trainer.accelerator.is_main_process:
         with open(os.path.join(out_dir, "log_history.json"), "w", encoding="utf-8") as fh:
