@@ -157,9 +157,11 @@ def run_failure_modes() -> Result | None:
         sys.path.insert(0, str(ROOT))
     try:
         from benchmarks.failure_modes import run as failure_modes
+        from benchmarks.failure_modes.precision import precision_table, run_precision
 
         rows = failure_modes.run_all()
         text = failure_modes.table(rows) if hasattr(failure_modes, "table") else generic_table(rows)
+        text += "\n\nprecision (healthy runs, default config):\n" + precision_table(run_precision())
         code: int | None = 0
         err = ""
     except Exception:

@@ -36,6 +36,7 @@ from benchmarks.failure_modes.harness import (  # noqa: E402
     run_grpo,
     run_sft,
 )
+from benchmarks.failure_modes.precision import precision_table, run_precision  # noqa: E402
 
 DEFAULT_OUT = ROOT / "benchmarks" / "failure_modes" / "results.json"
 CAUGHT_W = 68  # width of the "caught" column of the table
@@ -213,15 +214,25 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     start = time.perf_counter()
     rows = run_all(args.only, seed=args.seed)
+    healthy = [] if args.only else run_precision()
     elapsed = time.perf_counter() - start
     print(table(rows))
+    if healthy:
+        print("\nprecision (healthy runs, default config):\n" + precision_table(healthy))
     print(f"wall time {elapsed:.1f} s on {os.cpu_count()} cores (imports, fixture and length probe included)")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"wall_seconds": round(elapsed, 1), "cpu_count": os.cpu_count(), "seed": args.seed, "rows": rows}
+    payload = {
+        "wall_seconds": round(elapsed, 1),
+        "cpu_count": os.cpu_count(),
+        "seed": args.seed,
+        "rows": rows,
+        "healthy": healthy,
+    }
     out.write_text(json.dumps(payload, indent=1, default=str) + "\n", encoding="utf-8")
     print(f"wrote {out}")
-    return 0 if all(r["caught"] for r in rows) and not any(r["false_alarm_count"] for r in rows) else 1
+    ok = all(r["caught"] for r in rows) and not any(r["false_alarm_count"] for r in rows)
+    return 0 if ok and all(r["silent"] for r in healthy) else 1
 
 
 if __name__ == "__main__":
