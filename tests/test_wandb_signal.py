@@ -165,3 +165,14 @@ def test_drift_probe_completions_reach_a_wandb_table(example_run: tuple[OfflineR
     assert tables[0]["columns"] == ["step", "task", "prompt", "completion"]
     assert {row[1] for t in tables for row in t["data"]} == {"arith", "echo"}
     assert tables[0]["data"][0][0] == 0  # the baseline
+
+
+def test_the_example_is_silent(example_run: tuple[OfflineRun, str]) -> None:
+    """Issue 20: the main job is a healthy run: no W&B alert, no finding in the summary, every status line ok."""
+    run, printed = example_run
+    assert run.alerts == [], run.alerts
+    assert not any(k.startswith("rl_guards/findings/") for k in run.summary)
+    status = [line for line in printed.splitlines() if line.startswith("[rl_guards] step ")]
+    assert status and all(line.endswith(": ok") for line in status), status
+    assert "rl_guards: no findings." in printed
+    assert "0 blocking, 0 warning(s)" in printed  # the preflight report
