@@ -468,3 +468,24 @@ def test_slicing_decodes_only_the_longest_rows_and_still_finds_the_cut() -> None
     assert sorted(decoded_calls) == [70, 300]  # only the two longest rows were decoded
     assert session.counts[("slicing", "completion_cut")] == 1
     assert "row 5" in session.findings[0].message
+
+
+def test_every_finding_shows_its_severity_and_notes_stand_apart() -> None:
+    """Issue 20 #2: the end-of-run table has a severity column, most severe first; a note is not a finding."""
+    session = GuardSession()
+    config = GuardsConfig().think_tags
+    session.reporter("think_tags", config, 3).notice("anomaly_rate", "too many stray tags")
+    config.mode = "log"
+    session.reporter("think_tags", config, 4).violation("nested", "nested think blocks")
+    session.reporter("reward_sanity", config, 0).note("reward_sanity_ok", "rewards rank right above wrong")
+    rows = session.summary_rows()
+    assert [(r["kind"], r["severity"]) for r in rows] == [("anomaly_rate", "warning"), ("nested", "info")]
+    text = session.summary_text()
+    assert "severity  guard/kind" in text and "warning   think_tags/anomaly_rate" in text
+    assert "info      think_tags/nested" in text
+    assert "notes (said once, not findings)" in text and "reward_sanity/reward_sanity_ok" in text
+    assert ("reward_sanity", "reward_sanity_ok") not in session.counts
+    restored = GuardSession()
+    restored.load_state_dict(session.state_dict())
+    assert restored.notes == session.notes  # a resumed run does not say it again
+    assert not restored.reporter("reward_sanity", config, 5).note("reward_sanity_ok", "again")
