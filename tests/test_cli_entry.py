@@ -46,3 +46,16 @@ def test_rollouts_list_takes_the_run_after_the_action(tmp_path: Path, capsys: py
     assert main(["rollouts", "list", str(tmp_path)]) == main(["rollouts", str(tmp_path), "list"])
     out = capsys.readouterr()
     assert "invalid choice" not in out.err
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["rollouts", "--help"], ["preflight", "--help"]])
+def test_version_and_help_never_import_torch(argv: list[str]) -> None:
+    """Issue 23 #4: printing a version or a usage must not pay torch/transformers' import (6-8 s before)."""
+    code = (
+        "import sys\nfrom rl_guards.cli.main import main\n"
+        f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+        "heavy = sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules)\n"
+        "print('HEAVY', heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert "HEAVY []" in out.stdout, out.stdout[-2000:]

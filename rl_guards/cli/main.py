@@ -13,10 +13,10 @@ ROLLOUT_ACTIONS = ("list", "show", "compare")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from rl_guards.trl.hook import rl_guards_version
+    from rl_guards import __version__  # not the TRL adapter's: --version and --help never import torch
 
     parser = argparse.ArgumentParser(prog="rl-guards", description="Guards for TRL GRPO runs.")
-    parser.add_argument("--version", action="version", version=f"rl-guards {rl_guards_version()}")
+    parser.add_argument("--version", action="version", version=f"rl-guards {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(f"rl_guards.cli.{name}").register(sub)
