@@ -73,7 +73,7 @@ def _final_state(out: Path) -> dict[str, Any]:
 
 
 def _guard_attributes(state: dict[str, Any]) -> dict[str, Any]:
-    saved = state["stateful_callbacks"]["GuardRun"]
+    saved = state["stateful_callbacks"]["GuardRunState"]
     return (saved[-1] if isinstance(saved, list) else saved)["attributes"]
 
 
