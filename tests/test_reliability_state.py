@@ -22,6 +22,7 @@ import pytest
 import rl_guards
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.guards.base import Guard, Reporter, RLGuardsWarning
+from rl_guards.trl.hook import GuardRunState
 
 pytestmark = pytest.mark.slow
 
@@ -165,9 +166,15 @@ def damage_checkpoint(checkpoint: Path, damage: Callable[[dict[str, Any]], Any])
     path.write_text(json.dumps(state))
 
 
-@pytest.mark.parametrize("name", sorted(DAMAGES))
+# With restore_callback_states_from_checkpoint=True, HF reads the section itself first (args, attributes).
+RESTORE_CASES = ("attributes_not_a_dict", "extra_field", "future_version", "section_not_a_dict")
+
+
+@pytest.mark.parametrize(
+    ("name", "restore"), [(n, False) for n in sorted(DAMAGES)] + [(n, True) for n in RESTORE_CASES]
+)
 def test_a_damaged_section_is_said_once_and_started_fresh(
-    name: str, guarded_checkpoint: Path, make_grpo_trainer: Any, tmp_path: Path
+    name: str, restore: bool, guarded_checkpoint: Path, make_grpo_trainer: Any, tmp_path: Path
 ) -> None:
     damage, fresh, named = DAMAGES[name]
     out = tmp_path / "run"
@@ -176,7 +183,8 @@ def test_a_damaged_section_is_said_once_and_started_fresh(
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        run = _resume(make_grpo_trainer, out, out / "checkpoint-2")  # 437f4ff: most raise here, at resume
+        # 437f4ff: most raise here, at resume
+        run = _resume(make_grpo_trainer, out, out / "checkpoint-2", restore_callback_states_from_checkpoint=restore)
     said = _state_warnings(caught)
     assert len(said) == 1, said
     assert named in said[0] and "fresh" in said[0], said[0]
@@ -258,8 +266,12 @@ def test_restore_callback_states_from_checkpoint_resumes_into_the_live_run(
     shutil.copytree(guarded_checkpoint, out / "checkpoint-2")
     trainer = make_grpo_trainer(output_dir=out, max_steps=4, restore_callback_states_from_checkpoint=True, **SAVE)
     run = rl_guards.install(trainer, CONFIG)
+    installed = run.saved_state
     trainer.train(resume_from_checkpoint=str(out / "checkpoint-2"))  # 437f4ff: TypeError: GuardRun() missing args
     assert run.batches_seen == 4 and run.guard("masking").checked == 4  # restored into the run install() returned
     assert run in trainer.callback_handler.callbacks  # still the one that gets the trainer's events
+    holders = [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, GuardRunState)]
+    assert len(holders) == 1 and holders[0] is not installed  # HF did rebuild the section's object ...
+    assert holders[0].run is run  # ... and the run bound it: it saves the run's state
     attributes = _attributes(out / "checkpoint-4")
     assert attributes["batches_seen"] == 4 and attributes["guards"]["masking"]["checked"] == 4

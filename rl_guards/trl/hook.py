@@ -187,6 +187,7 @@ class GuardRun(TrainerCallback):
         self._configure_reward_funcs()
         self._check_compatibility()
         self._wrap()
+        self._shield_callback_restore()
 
     # ----- set-up ----------------------------------------------------------------------------------------
     def _build_context(self) -> RunContext:
@@ -947,6 +948,29 @@ class GuardRun(TrainerCallback):
             sections.pop(LEGACY_STATE_KEY, None)  # restored above; the next checkpoint files it under STATE_KEY
             sections[STATE_KEY] = self.state()  # replaces what was restored (or dropped) with what will be saved
 
+    def _shield_callback_restore(self) -> None:
+        """With ``restore_callback_states_from_checkpoint=True`` HF reads every saved section as ``{"args": dict,
+        "attributes": dict}`` before any callback runs, and raises on anything else: a damaged rl_guards section
+        would stop the resume there. HF is shown an empty section instead; the run's own restore reads the real one
+        and says what it drops. (Private Trainer method, checked: without it nothing is wrapped.)"""
+        trainer = self.trainer
+        original = getattr(trainer, "_load_callback_state", None)
+        if not callable(original):
+            return
+
+        def _load_callback_state(*args: Any, **kwargs: Any) -> Any:
+            sections = getattr(getattr(trainer, "state", None), "stateful_callbacks", None)
+            held = sections.get(STATE_KEY) if isinstance(sections, dict) else None
+            if held is None or _readable_by_hf(held):
+                return original(*args, **kwargs)
+            sections[STATE_KEY] = {"args": {}, "attributes": {}}
+            try:
+                return original(*args, **kwargs)
+            finally:
+                sections[STATE_KEY] = held
+
+        trainer._load_callback_state = _load_callback_state
+
     def _restore(self, state: Any) -> None:
         """Restore the saved section into this run, part by part; what cannot be restored is said once and starts
         fresh (a damaged file, another version's layout): a resume never fails on the guards' state."""
@@ -1065,6 +1089,17 @@ def _dataset_task_counts(dataset: Any, tasks: Any) -> dict[str, int]:
         name = task_name(item["values"], tasks.default_task)
         counts[name] = counts.get(name, 0) + int(item["counts"])
     return counts
+
+
+def _readable_by_hf(saved: Any) -> bool:
+    """Whether transformers' ``_load_callback_state`` can rebuild a callback from this saved section."""
+    items = saved if isinstance(saved, list) else [saved]
+    return all(
+        isinstance(item, dict)
+        and isinstance(item.get("args", {}), dict)
+        and isinstance(item.get("attributes", {}), dict)
+        for item in items
+    )
 
 
 def _safe_evidence(guard: Guard, batch: RolloutBatch, row: int) -> str | None:
