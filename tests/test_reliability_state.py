@@ -197,6 +197,21 @@ def test_a_damaged_section_is_said_once_and_started_fresh(
     assert attributes["guards"]["masking"]["checked"] == run.guard("masking").checked
 
 
+def test_a_second_damaged_resume_is_said_again(
+    guarded_checkpoint: Path, make_grpo_trainer: Any, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    shutil.copytree(guarded_checkpoint, out / "checkpoint-2")
+    damage_checkpoint(out / "checkpoint-2", _wrong_type)
+    _resume(make_grpo_trainer, out, out / "checkpoint-2")  # checkpoint-4's session: that warning was shown
+    damage_checkpoint(out / "checkpoint-4", _wrong_type)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run = _resume(make_grpo_trainer, out, out / "checkpoint-4", max_steps=5)
+    assert len(_state_warnings(caught)) == 1  # about this resume, not a repeat of the last one's
+    assert run.session.counts[("state", "state_not_restored")] == 2
+
+
 # ----- item 3: a guard whose state cannot be saved ---------------------------------------------------------------
 class CountingGuard(Guard):
     """Counts batches; its state is saved and restored."""

@@ -1050,8 +1050,11 @@ class GuardRun(TrainerCallback):
             f"the checkpoint's rl_guards state could not be restored in full: {'. Also '.join(parts)}. The rest was "
             "restored and training goes on; the next checkpoint saves a complete section of this version."
         )
-        step = int(state.global_step)
-        self.session.record(Finding("state", "state_not_restored", "warning", message, step), warn=True)
+        finding = Finding("state", "state_not_restored", "warning", message, int(state.global_step))
+        warned = getattr(self.session, "_warned", None)  # as restored: an earlier resume's warning of this kind
+        if isinstance(warned, set):
+            warned.discard((finding.guard, finding.kind))  # this message is about this resume: always said
+        self.session.record(finding, warn=True)
 
     # ----- results ---------------------------------------------------------------------------------------
     @property
