@@ -68,7 +68,7 @@ def test_rl_guards_grpo_trains_with_every_guard(tiny: Any, tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr[-3000:]
     out = tmp_path / "out"
     state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
-    assert "GuardRun" in state["stateful_callbacks"]  # the guards' state is saved with the checkpoint
+    assert "GuardRunState" in state["stateful_callbacks"]  # the guards' state is saved with the checkpoint
     logged = {k for entry in state["log_history"] for k in entry}
     assert {"rl_guards/masking/checked_batches", "rl_guards_task/arith/reward_mean"} <= logged
     assert RolloutStore(out).steps() == [0, 1]  # rollouts.every_steps=1 from the guards: section

@@ -9,6 +9,10 @@ For each seed, once the run finally finishes (``tests/reliability/kill_campaign.
   process over the final trajectory's rows (TRL's own data order after a resume may differ from an uninterrupted
   run's, so the rows, not a second run, are the reference);
 - the per-task curves in ``log_history`` have one entry per step that adds up to the batch and matches the dump.
+
+One seed resumes every time with ``restore_callback_states_from_checkpoint=True`` and must meet all of the above.
+Two more campaigns (issue 22) resume a checkpoint written without rl_guards, and checkpoints whose rl_guards
+section was damaged before the resume (extra field, missing field, wrong type, not a dict, future version).
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ from rl_guards.rollouts.reader import RolloutStore
 pytestmark = pytest.mark.slow
 
 SCRIPT = Path(__file__).parent / "reliability" / "kill_campaign.py"
-SEEDS = (11, 12, 13, 14)
+SEEDS = (11, 12, 13, 14, 15)
+MODES = {15: "restore_callbacks"}  # kill_campaign.py --mode; the other seeds: plain
+VARIANTS = {16: "unguarded_first", 17: "damaged"}  # campaigns with their own checks (below)
 KILLS_PER_SEED = 5
 MAX_STEPS = 11
 SAVE_STEPS = 2
@@ -45,23 +51,31 @@ CONFIG = {"rollouts": {"every_steps": 1, "wandb_rows_per_task": 0}, "truncation"
 REPLAYED = (TaskRewardMonitor, DeadGroupGuard, TruncationGuard, ThinkTagsGuard)
 
 
-def _campaign(out: Path, seed: int) -> subprocess.Popen[bytes]:
+def _campaign(out: Path, seed: int, mode: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, str(SCRIPT), str(out), "--seed", str(seed), "--kills", str(KILLS_PER_SEED)]
-    cmd += ["--max_steps", str(MAX_STEPS)]
+    cmd += ["--max_steps", str(MAX_STEPS), "--mode", mode]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
 
 @pytest.fixture(scope="module")
-def campaigns(tiny: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
-    """Run the seeds' campaigns, two at a time (2 cores); each in its own folder."""
+def all_campaigns(tiny: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    """Run every campaign, two at a time (2 cores); each in its own folder."""
     root = tmp_path_factory.mktemp("kill_resume")
-    outs = {seed: root / f"seed{seed}" for seed in SEEDS}
-    for pair in (SEEDS[:2], SEEDS[2:]):
-        procs = {seed: _campaign(outs[seed], seed) for seed in pair}
+    modes = {seed: MODES.get(seed, "plain") for seed in SEEDS} | VARIANTS
+    outs = {seed: root / f"seed{seed}" for seed in modes}
+    order = list(modes)
+    for pair in (order[i : i + 2] for i in range(0, len(order), 2)):
+        procs = {seed: _campaign(outs[seed], seed, modes[seed]) for seed in pair}
         for seed, proc in procs.items():
             assert proc.wait(timeout=900) == 0, (outs[seed] / "attempts.log").read_text()[-4000:]
     return outs
+
+
+@pytest.fixture(scope="module")
+def campaigns(all_campaigns: dict[int, Path]) -> dict[int, Path]:
+    """The campaigns every invariant below holds for."""
+    return {seed: all_campaigns[seed] for seed in SEEDS}
 
 
 def _attempts(out: Path) -> list[dict[str, Any]]:
@@ -73,7 +87,7 @@ def _final_state(out: Path) -> dict[str, Any]:
 
 
 def _guard_attributes(state: dict[str, Any]) -> dict[str, Any]:
-    saved = state["stateful_callbacks"]["GuardRun"]
+    saved = state["stateful_callbacks"]["GuardRunState"]
     return (saved[-1] if isinstance(saved, list) else saved)["attributes"]
 
 
@@ -170,3 +184,60 @@ def test_per_task_curves_are_continuous(campaigns: dict[int, Path], seed: int) -
     for step, rows in per_step:
         dumped = Counter(r["task"] for r in store.load(step - 1))  # the batch generated at global step - 1
         assert rows == {t: float(n) for t, n in dumped.items()}, step
+
+
+# ----- issue 22: resuming what another setup wrote -----------------------------------------------------------------
+def _restores(out: Path) -> list[dict[str, Any]]:
+    """What each guarded attempt restored at train begin (kill_campaign.py writes one line per attempt)."""
+    return [json.loads(line) for line in (out / "restores.jsonl").read_text().splitlines()]
+
+
+def _well_formed_sections(out: Path, damaged: set[str] = frozenset()) -> dict[str, dict[str, Any]]:
+    """Every complete checkpoint's rl_guards attributes (and the run's final state), each a version-1 section;
+    ``damaged``: checkpoints the campaign damaged (still valid JSON)."""
+    found = {}
+    for path in [*sorted(out.glob("checkpoint-*/trainer_state.json")), out / "trainer_state.json"]:
+        sections = json.loads(path.read_text())["stateful_callbacks"]  # valid JSON, every file
+        if "GuardRunState" in sections and path.parent.name not in damaged:
+            saved = sections["GuardRunState"]
+            assert isinstance(saved, dict) and saved["attributes"]["version"] == 1, path
+            found[path.parent.name] = saved["attributes"]
+    return found
+
+
+def test_kills_after_resuming_a_checkpoint_written_without_rl_guards(all_campaigns: dict[int, Path]) -> None:
+    out = all_campaigns[16]
+    attempts = _attempts(out)
+    assert not attempts[0]["guarded"] and attempts[0]["killed"] and attempts[1]["resumed_from"] == "checkpoint-2"
+    assert attempts[-1]["exit_code"] == 0 and _final_state(out)["global_step"] == MAX_STEPS
+    assert sum(a["killed"] for a in attempts) >= 3, attempts
+    # 437f4ff: KeyError 'GuardRun' at the first guarded checkpoint, checkpoint-4 without trainer_state.json.
+    sections = _well_formed_sections(out)
+    checkpoints = sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
+    assert checkpoints == [*range(SAVE_STEPS, MAX_STEPS, SAVE_STEPS), MAX_STEPS]
+    assert set(sections) == {f"checkpoint-{c}" for c in checkpoints[1:]} | {out.name}  # all but the unguarded one
+    assert sections[out.name]["batches_seen"] == MAX_STEPS - SAVE_STEPS  # guarded from step 2 on, nothing twice
+    assert RolloutStore(out).steps() == list(range(SAVE_STEPS, MAX_STEPS))
+    assert all(r["not_restored_warnings"] == 0 for r in _restores(out))  # no section is not a damaged section
+
+
+def test_kills_with_damaged_sections_are_said_once_per_resume(all_campaigns: dict[int, Path]) -> None:
+    out = all_campaigns[17]
+    attempts = _attempts(out)
+    assert attempts[-1]["exit_code"] == 0 and _final_state(out)["global_step"] == MAX_STEPS
+    resumed = [a for a in attempts if a["resumed_from"] is not None]
+    assert all(a["damage"] is not None for a in resumed)  # every resume read a damaged section
+    assert len({a["damage"] for a in resumed}) >= 4, attempts  # most kinds of damage, in one run
+    assert {a["restore"] for a in resumed} == {False, True}, attempts  # with and without HF's callback restore
+    restores = _restores(out)
+    assert [r["resumed_from"] for r in restores] == [a["resumed_from"] for a in attempts]
+    # Each resume warned exactly once (437f4ff: most raised at resume), a fresh start never.
+    for line in restores:
+        assert line["not_restored_warnings"] == (0 if line["resumed_from"] is None else 1), line
+    damaged = {a["resumed_from"] for a in resumed}
+    written = _well_formed_sections(out, damaged)  # every other checkpoint holds a complete section of this version
+    assert set(written) == {p.parent.name for p in out.glob("*/trainer_state.json")} - damaged | {out.name}
+    store = RolloutStore(out)
+    assert store.steps() == list(range(MAX_STEPS))
+    for step in range(MAX_STEPS):
+        assert len(store.load(step)) == BATCH, step

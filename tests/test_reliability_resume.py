@@ -144,6 +144,6 @@ def test_sigkill_between_checkpoints_then_resume_loses_and_duplicates_nothing(ti
         assert rows == {t: float(n) for t, n in dumped.items()}, entry["step"]
         seen_tasks |= set(rows)
     assert seen_tasks == {"arith", "echo"}
-    guard_state = state["stateful_callbacks"]["GuardRun"]
+    guard_state = state["stateful_callbacks"]["GuardRunState"]
     guard_state = guard_state[-1] if isinstance(guard_state, list) else guard_state
     assert guard_state["attributes"]["batches_seen"] == MAX_STEPS

@@ -32,7 +32,9 @@ still run.
 
 from __future__ import annotations
 
+import copy
 import inspect
+import json
 import logging
 import math
 import warnings
@@ -69,6 +71,11 @@ _SKIP_COLUMNS = frozenset({"prompt", "completion", "completion_ids", "images", "
 # Per-row numbers every rank contributes for its rows (then guards' features): the gathered batch.
 _UNSET = object()  # an attribute the trainer did not have
 BASE_FEATURES = ("ok", "advantage", "task", "length", "truncated", "thinking", "prompt_opened")
+# The run's section in trainer_state.json (``stateful_callbacks``): filed by HF under the class name of its
+# ExportableState. Up to 437f4ff that was GuardRun itself; such sections are still read.
+STATE_KEY = "GuardRunState"
+LEGACY_STATE_KEY = "GuardRun"
+STATE_VERSION = 1  # bumped when a saved part changes meaning; a newer section is not read, it is said and dropped
 
 
 def install(
@@ -95,6 +102,7 @@ def install(
         raise ConfigError("rl_guards is already installed on this trainer; call install() once per trainer")
     run = GuardRun(trainer, config, guards if guards is not None else BATCH_GUARDS)
     trainer.add_callback(run)
+    trainer.add_callback(run.saved_state)
     return run
 
 
@@ -113,11 +121,39 @@ def _trl_version() -> str:
         return "unknown"
 
 
-class GuardRun(TrainerCallback, ExportableState):
+class GuardRunState(TrainerCallback, ExportableState):
+    """What the trainer saves of a :class:`GuardRun` in ``trainer_state.json`` (``stateful_callbacks``).
+
+    A small object apart from the run, because with ``restore_callback_states_from_checkpoint=True`` HF rebuilds
+    each stateful callback as ``type(cb)(**saved["args"])``, sets the saved attributes on the new instance and puts
+    it in the old one's place. Here that is harmless: any args are accepted, the attributes are kept as data in
+    ``saved`` (never over a method), and the run binds the rebuilt instance to itself at train begin. The run's state
+    itself is restored in place into the live run, from ``state.stateful_callbacks``, with or without that flag.
+    """
+
+    def __init__(self, **args: Any) -> None:
+        object.__setattr__(self, "run", None)
+        object.__setattr__(self, "saved", {"args": dict(args)})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.saved[name] = value  # HF's rebuild sets the saved attributes: kept as data
+
+    def bind(self, run: GuardRun) -> None:
+        object.__setattr__(self, "run", run)
+
+    def state(self) -> dict[str, Any]:
+        if self.run is None:  # never bound (a run that never began): nothing of a run to save
+            return {"args": {}, "attributes": {"version": STATE_VERSION}}
+        return self.run.state()
+
+
+class GuardRun(TrainerCallback):
     """Drives the guards from a trainer's events; holds the findings (``session``) and the guards."""
 
     def __init__(self, trainer: Any, config: GuardsConfig, guard_classes: list[type[Guard]]) -> None:
         self.trainer = trainer
+        self.saved_state = GuardRunState()  # the trainer's stateful callback for this run (see GuardRunState)
+        self.saved_state.bind(self)
         self.config = config
         self.session = GuardSession()
         self.unavailable: dict[str, str] = {}
@@ -153,6 +189,7 @@ class GuardRun(TrainerCallback, ExportableState):
         self._configure_reward_funcs()
         self._check_compatibility()
         self._wrap()
+        self._shield_callback_restore()
 
     # ----- set-up ----------------------------------------------------------------------------------------
     def _build_context(self) -> RunContext:
@@ -793,6 +830,7 @@ class GuardRun(TrainerCallback, ExportableState):
     # ----- trainer events --------------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._restore(state)
+        self._file_state(state)
         self.router.write_config(self.config.to_dict())
         step = int(state.global_step)
         self.session.phase = "begin"
@@ -905,33 +943,171 @@ class GuardRun(TrainerCallback, ExportableState):
 
     # ----- resume ----------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
-        """Saved by the Trainer into ``trainer_state.json`` at each checkpoint."""
-        return {
-            "args": {},
-            "attributes": {
-                "guards": {g.name: g.state_dict() for g in self.guards},
-                "session": self.session.state_dict(),
-                "task_labels": self.task_labels.state_dict(),
-                "batches_seen": self.batches_seen,
-            },
-        }
+        """The run's section of ``trainer_state.json``, saved by the Trainer at each checkpoint. Never raises: a part
+        that cannot be saved (its ``state_dict()`` raises, or it is not JSON) is left out, said once, and a resume
+        from that checkpoint starts it fresh."""
+        guards = {}
+        for guard in self.guards:
+            part = self._saveable(guard.name, guard.state_dict)
+            if part is not None:
+                guards[guard.name] = part
+        attributes: dict[str, Any] = {"version": STATE_VERSION, "guards": guards}
+        for name, get in (("session", self.session.state_dict), ("task_labels", self.task_labels.state_dict)):
+            part = self._saveable(name, get)
+            if part is not None:
+                attributes[name] = part
+        attributes["batches_seen"] = int(self.batches_seen)
+        return {"args": {}, "attributes": attributes}
+
+    def _saveable(self, name: str, get: Any) -> Any:
+        """``get()`` as trainer_state.json will hold it, or None (said once per part) when it cannot be written."""
+        try:
+            # The trainer writes with json.dumps(sort_keys=True) after the model and optimizer are on disk: a part
+            # it cannot write would leave the checkpoint without trainer_state.json. The copy is what resumes read.
+            return json.loads(json.dumps(get(), sort_keys=True))
+        except Exception as exc:
+            step = int(getattr(self.trainer.state, "global_step", 0) or 0)
+            message = (
+                f"the state of {name!r} could not be saved ({type(exc).__name__}: {exc}); checkpoints leave it out, "
+                "and a resume from one of them starts it fresh. The rest of the checkpoint is complete."
+            )
+            guard = name if name in {g.name for g in self.guards} else "state"
+            try:
+                self.session.record(Finding(guard, "state_not_saved", "warning", message, step), warn=True)
+            except Exception:  # the session itself may be what is broken
+                logger.warning("[rl_guards/%s] %s", guard, message)
+            return None
+
+    def _file_state(self, state: Any) -> None:
+        """Make sure the trainer's next checkpoint can file this run's section.
+
+        The trainer updates ``state.stateful_callbacks[name]`` in place at each save and indexes it by name: after a
+        resume from a checkpoint written without rl_guards (or installed after the trainer built its state, as
+        GuardsCallback does) the name is missing and the save raised KeyError after the model and optimizer were
+        written, leaving the checkpoint without trainer_state.json. Also binds the section's object when HF's
+        ``restore_callback_states_from_checkpoint`` rebuilt it, so that what it saves is this run's state.
+        """
+        handler = getattr(self.trainer, "callback_handler", None)
+        callbacks = getattr(handler, "callbacks", None)
+        if isinstance(callbacks, list):
+            holders = [cb for cb in callbacks if isinstance(cb, GuardRunState)]
+            if not holders:
+                callbacks.append(self.saved_state)
+            for holder in holders:
+                holder.bind(self)
+                self.saved_state = holder
+        sections = getattr(state, "stateful_callbacks", None)
+        if isinstance(sections, dict):
+            sections.pop(LEGACY_STATE_KEY, None)  # restored above; the next checkpoint files it under STATE_KEY
+            sections[STATE_KEY] = self.state()  # replaces what was restored (or dropped) with what will be saved
+
+    def _shield_callback_restore(self) -> None:
+        """With ``restore_callback_states_from_checkpoint=True`` HF reads every saved section as ``{"args": dict,
+        "attributes": dict}`` before any callback runs, and raises on anything else: a damaged rl_guards section
+        would stop the resume there. HF is shown an empty section instead; the run's own restore reads the real one
+        and says what it drops. (Private Trainer method, checked: without it nothing is wrapped.)"""
+        trainer = self.trainer
+        original = getattr(trainer, "_load_callback_state", None)
+        if not callable(original):
+            return
+
+        def _load_callback_state(*args: Any, **kwargs: Any) -> Any:
+            sections = getattr(getattr(trainer, "state", None), "stateful_callbacks", None)
+            held = sections.get(STATE_KEY) if isinstance(sections, dict) else None
+            if held is None or _readable_by_hf(held):
+                return original(*args, **kwargs)
+            sections[STATE_KEY] = {"args": {}, "attributes": {}}
+            try:
+                return original(*args, **kwargs)
+            finally:
+                sections[STATE_KEY] = held
+
+        trainer._load_callback_state = _load_callback_state
 
     def _restore(self, state: Any) -> None:
-        saved = (getattr(state, "stateful_callbacks", None) or {}).get(type(self).__name__)
-        if not saved or self._restored or not int(getattr(state, "global_step", 0)):
+        """Restore the saved section into this run, part by part; what cannot be restored is said once and starts
+        fresh (a damaged file, another version's layout): a resume never fails on the guards' state."""
+        if self._restored or not int(getattr(state, "global_step", 0) or 0):
             return
-        if isinstance(saved, list):
-            saved = saved[-1]
-        attributes = saved.get("attributes", {}) if isinstance(saved, dict) else {}
-        for guard in self.guards:
-            guard_state = attributes.get("guards", {}).get(guard.name)
-            if guard_state:
-                guard.load_state_dict(guard_state)
-        # 0.1 checkpoints saved only the counts, as [guard, kind, count] rows.
-        self.session.load_state_dict(attributes.get("session") or {"counts": attributes.get("counts", [])})
-        self.task_labels.load_state_dict(attributes.get("task_labels", {}))
-        self.batches_seen = int(attributes.get("batches_seen", 0))
+        sections = getattr(state, "stateful_callbacks", None)
+        if not isinstance(sections, dict):
+            return
+        key = STATE_KEY if STATE_KEY in sections else LEGACY_STATE_KEY
+        if key not in sections:
+            return  # a checkpoint written without rl_guards: everything starts fresh, nothing is wrong
         self._restored = True
+        saved = sections[key]
+        if isinstance(saved, list) and saved:
+            saved = saved[-1]
+        attributes = saved.get("attributes") if isinstance(saved, dict) else None
+        if not isinstance(attributes, dict):
+            self._say_not_restored(state, ["everything (the saved section is not a dict of attributes)"], [])
+            return
+        version = attributes.get("version", 0)  # 0: sections saved before the state was versioned (same layout)
+        if type(version) is not int or not 0 <= version <= STATE_VERSION:
+            self._say_not_restored(
+                state, [f"everything (saved by a version of rl_guards with state version {version!r}; this one reads "
+                        f"up to {STATE_VERSION})"], [])  # fmt: skip
+            return
+        dropped: list[str] = []
+        guards = attributes.get("guards", {})
+        if not isinstance(guards, dict):
+            dropped.append(f"every guard's state (not a dict: {type(guards).__name__})")
+            guards = {}
+        for guard in self.guards:
+            if guard.name in guards:
+                self._load_part(guard.name, guard.state_dict, guard.load_state_dict, guards[guard.name], dropped)
+        # 0.1 checkpoints saved only the counts, as [guard, kind, count] rows.
+        session = attributes["session"] if "session" in attributes else {"counts": attributes.get("counts", [])}
+        self._load_part("session", self.session.state_dict, self.session.load_state_dict, session, dropped)
+        if "task_labels" in attributes:
+            labels, saved_labels = self.task_labels, attributes["task_labels"]
+            self._load_part("task_labels", labels.state_dict, labels.load_state_dict, saved_labels, dropped)
+        seen = attributes.get("batches_seen", 0)
+        if type(seen) is int and seen >= 0:
+            self.batches_seen = seen
+        else:
+            dropped.append(f"batches_seen ({type(seen).__name__} {seen!r:.80})")
+        known = {"version", "guards", "session", "counts", "task_labels", "batches_seen"}
+        self._say_not_restored(state, dropped, sorted(str(k) for k in attributes if k not in known))
+
+    @staticmethod
+    def _load_part(name: str, current: Any, load: Any, saved: Any, dropped: list[str]) -> None:
+        """``load(saved)``; when it fails, the part is put back as it was (fresh) and named in ``dropped``."""
+        try:
+            fresh = copy.deepcopy(current())
+        except Exception:
+            fresh = None
+        try:
+            if not isinstance(saved, dict):
+                raise TypeError(f"not a dict: {type(saved).__name__}")
+            load(saved)
+        except Exception as exc:
+            dropped.append(f"{name} ({type(exc).__name__}: {exc!s:.120})")
+            if fresh is not None:
+                try:
+                    load(fresh)
+                except Exception as again:
+                    logger.warning("rl_guards: could not reset the %s state after a failed restore: %s", name, again)
+
+    def _say_not_restored(self, state: Any, dropped: list[str], unknown: list[str]) -> None:
+        """One warning for everything a resume could not take from the checkpoint (counted in the findings)."""
+        if not dropped and not unknown:
+            return
+        parts = []
+        if dropped:
+            parts.append(f"dropped {'; '.join(dropped)}: these start fresh from this step")
+        if unknown:
+            parts.append(f"ignored fields this version does not know: {', '.join(unknown)}")
+        message = (
+            f"the checkpoint's rl_guards state could not be restored in full: {'. Also '.join(parts)}. The rest was "
+            "restored and training goes on; the next checkpoint saves a complete section of this version."
+        )
+        finding = Finding("state", "state_not_restored", "warning", message, int(state.global_step))
+        warned = getattr(self.session, "_warned", None)  # as restored: an earlier resume's warning of this kind
+        if isinstance(warned, set):
+            warned.discard((finding.guard, finding.kind))  # this message is about this resume: always said
+        self.session.record(finding, warn=True)
 
     # ----- results ---------------------------------------------------------------------------------------
     @property
@@ -1046,6 +1222,17 @@ def _dataset_task_counts(dataset: Any, tasks: Any) -> dict[str, int]:
         name = task_name(item["values"], tasks.default_task)
         counts[name] = counts.get(name, 0) + int(item["counts"])
     return counts
+
+
+def _readable_by_hf(saved: Any) -> bool:
+    """Whether transformers' ``_load_callback_state`` can rebuild a callback from this saved section."""
+    items = saved if isinstance(saved, list) else [saved]
+    return all(
+        isinstance(item, dict)
+        and isinstance(item.get("args", {}), dict)
+        and isinstance(item.get("attributes", {}), dict)
+        for item in items
+    )
 
 
 def _safe_evidence(guard: Guard, batch: RolloutBatch, row: int) -> str | None:

@@ -19,8 +19,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 
-def build_trainer(output_dir: str, max_steps: int, callbacks: list[object] | None = None, save_steps: int = 2) -> Any:
-    """The guarded run's trainer: two routed tasks on the tiny fixture, a checkpoint every ``save_steps`` steps."""
+def build_trainer(
+    output_dir: str, max_steps: int, callbacks: list[object] | None = None, save_steps: int = 2, **overrides: Any
+) -> Any:
+    """The guarded run's trainer: two routed tasks on the tiny fixture, a checkpoint every ``save_steps`` steps;
+    ``overrides`` go to the GRPOConfig."""
     from trl import GRPOTrainer
 
     from rl_guards.rewards.routing import route
@@ -33,7 +36,12 @@ def build_trainer(output_dir: str, max_steps: int, callbacks: list[object] | Non
         processing_class=tiny.load_tokenizer(),
         reward_funcs=route({"arith": [arith_correct], "echo": [echo_match]}),
         args=tiny_grpo_config(
-            output_dir, max_steps=max_steps, save_strategy="steps", save_steps=save_steps, logging_steps=1
+            output_dir,
+            max_steps=max_steps,
+            save_strategy="steps",
+            save_steps=save_steps,
+            logging_steps=1,
+            **overrides,
         ),
         train_dataset=make_dataset(),
         callbacks=callbacks,
