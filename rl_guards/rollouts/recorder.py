@@ -128,12 +128,58 @@ def validate_metadata(meta: Any) -> dict[str, Any]:
     integer("step")
     integer("rows")
     integer("checkpoint", optional=True)
+    integer("schema_version", optional=True)
+    version = meta.get("schema_version")
+    if version is not None and version > SCHEMA_VERSION:
+        raise ValueError(f"rollout schema {version}; this rl_guards reads up to {SCHEMA_VERSION}: upgrade rl_guards")
     tasks = meta.get("tasks")
     if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
         raise ValueError(f"metadata field 'tasks' must be a list of strings, got {tasks!r}"[:200])
     if not isinstance(meta.get("reason"), str):
         raise ValueError(f"metadata field 'reason' must be a string, got {meta.get('reason')!r}"[:200])
+    names = meta.get("reward_names", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"metadata field 'reward_names' must be a list of strings, got {names!r}"[:200])
     return meta
+
+
+# Arrow type of each column a reader uses (``int`` any integer width, ``float`` any float or integer): a dump whose
+# column has another type (crafted, or written by something else) is unreadable, named once and skipped.
+COLUMN_KINDS: dict[str, str] = {
+    "schema_version": "int", "step": "int", "epoch": "float", "mode": "str", "row": "int", "group": "int",
+    "task": "str", "prompt_ids": "ids", "completion_text": "str", "completion_ids": "ids", "prompt_tokens": "int",
+    "completion_tokens": "int", "reward": "float", "advantage": "float", "truncated": "bool", "think_kind": "str",
+    "think_anomalies": "strs", "thinking": "bool", "columns": "str", "prompt": "str", "completion": "str",
+}  # fmt: skip
+
+
+def check_dump_schema(schema: Any) -> None:
+    """ValueError naming the first column whose Arrow type is not the one readers expect (:data:`COLUMN_KINDS`)."""
+    import pyarrow as pa
+
+    def fits(kind: str, tp: Any) -> bool:
+        if kind == "int":
+            return pa.types.is_integer(tp)
+        if kind == "float":
+            return pa.types.is_floating(tp) or pa.types.is_integer(tp)
+        if kind == "str":
+            return pa.types.is_string(tp) or pa.types.is_large_string(tp)
+        if kind == "bool":
+            return pa.types.is_boolean(tp)
+        if not (pa.types.is_list(tp) or pa.types.is_large_list(tp)):
+            return False
+        return fits("int" if kind == "ids" else "str", tp.value_type)
+
+    for f in schema:
+        kind = "float" if f.name.startswith(REWARD_PREFIX) else COLUMN_KINDS.get(f.name)
+        if kind is not None and not fits(kind, f.type):
+            raise ValueError(f"column {f.name!r} has type {f.type}, expected {kind}"[:200])
+
+
+def _arrow_schema(path: Path) -> Any:
+    import pyarrow.parquet as pq
+
+    return pq.read_schema(str(path))
 
 
 def index_entry(meta: dict[str, Any], file_name: str) -> dict[str, Any]:
@@ -163,6 +209,9 @@ def scan_dumps(folder: str | os.PathLike[str]) -> tuple[dict[int, dict[str, Any]
             continue
         try:
             meta = validate_metadata(read_dump_metadata(path))
+            if meta["step"] != int(match.group(1)):
+                raise ValueError(f"metadata step {meta['step']} is not the step in the file name"[:200])
+            check_dump_schema(_arrow_schema(path))
         except Exception as exc:  # anything on disk can be damaged: name it, never stop on it
             bad.append(f"{path.name} ({type(exc).__name__}: {str(exc)[:160]})")
             continue
