@@ -198,7 +198,10 @@ def test_a_crafted_drift_record_breaks_no_reader(
     assert records[0]["step"] == 0 and len(records) + len(bad) == 2  # the good record is always read
     assert bad in ([], ["step_000002.json"])
     (drift, report) = _no_traceback(
-        capsys, ["drift", str(run)], ["drift", str(run), "--task", "arith"], ["report", str(run), "-o", "r.html"]
+        capsys,
+        ["drift", str(run)],
+        ["drift", str(run), "--task", "arith"],
+        ["report", str(run), "-o", str(tmp_path / "r.html")],
     )[0::2]
     assert drift[0] == 0 and drift[2].count("step_000002.json") == len(bad)
     assert report[0] == 0
