@@ -293,3 +293,38 @@ def test_a_lone_surrogate_task_name_costs_nothing_at_a_checkpoint() -> None:
     again = TaskLabels(8)
     again.load_state_dict(saved["labels"])
     assert again.labels([task]) == labels.labels([task])
+
+
+def _any_length(completions: list[Any], **kwargs: Any) -> list[float]:
+    return [float(len(str(c)) % 2) for c in completions]
+
+
+@pytest.mark.slow
+def test_a_lone_surrogate_task_from_an_iterable_dataset_trains_through_a_checkpoint(tmp_path: Path) -> None:
+    import datasets
+    from trl import GRPOTrainer
+
+    import rl_guards
+    from rl_guards.testing import make_dataset, tiny_grpo_config, tiny_setup
+
+    rows = [dict(r) for r in make_dataset(thinking=True)]
+    for row in rows:
+        row["task"] = row["task"] + ("\ud800" if row["task"] == "echo" else "")
+    dataset = datasets.IterableDataset.from_generator(lambda: iter(rows))  # Arrow never sees the names
+    tiny = tiny_setup()
+    out = tmp_path / "run"
+    trainer = GRPOTrainer(
+        model=tiny.model_dir,
+        processing_class=tiny.tokenizer,
+        reward_funcs=[_any_length],
+        args=tiny_grpo_config(out, max_steps=2, save_strategy="steps", save_steps=2),
+        train_dataset=dataset,
+    )
+    run = rl_guards.install(trainer)
+    trainer.train()  # 437f4ff: UnicodeEncodeError in quote() at the first checkpoint
+    assert not [f.message for f in run.session.findings if f.kind == "internal_error"]  # 437f4ff: guards failed inside
+    state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
+    labels = state["stateful_callbacks"]["GuardRun"]["attributes"]["task_labels"]["kept"]
+    assert [decode_task(t) for t in labels] == ["arith", "echo\ud800"]
+    logged = {parse_task_metric_key(k) for e in state["log_history"] for k in e if parse_task_metric_key(k)}
+    assert ("echo\ud800", "reward_mean") in logged
