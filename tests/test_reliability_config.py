@@ -101,9 +101,10 @@ def test_yaml_null_sections_and_yes_no_booleans_have_a_clear_meaning(tmp_path: P
 
 
 # ----- issue 22 item 8: every malformed file is a ConfigError, quickly ------------------------------------------
-BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(8)
-)  # about 600 bytes; 10**9 strings once expanded
+BOMB = (  # about 600 bytes, 10**9 strings once expanded, under a field that takes any value
+    "preflight:\n  eval_chat_template_kwargs:\n    a: &a [xxxxxxxx, xxxxxxxx, xxxxxxxx, xxxxxxxx, xxxxxxxx, xxxxxxxx]\n"
+    + "".join(f"    {chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(9))
+)
 MALFORMED: dict[str, tuple[bytes, str]] = {  # name -> (file bytes, part of the message)
     "bad_syntax": (b"masking: {mode: raise\n", "not valid YAML"),
     "tab_indent": (b"masking:\n\tmode: raise\n", "not valid YAML"),
@@ -119,7 +120,7 @@ MALFORMED: dict[str, tuple[bytes, str]] = {  # name -> (file bytes, part of the 
     "int_over_4300_digits": (b"rollouts: {every_steps: 1" + b"0" * 5000 + b"}\n", "a value cannot be read"),
     "alias_bomb": (BOMB.encode(), "an alias bomb"),
     "recursive_alias": (b"routing: {routes: &r {a: *r}}\n", "(a recursive structure)"),
-    "nested_too_deep": (b"masking: " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested too deeply"),
+    "nested_too_deep": (b"masking: " + b"[" * 1000 + b"]" * 1000 + b"\n", "nested too deeply"),
     "control_character": (b"masking: {mode: raise}\x07\n", "not valid YAML"),
     "unhashable_key": (b"? [a, b]\n: 1\n", "not valid YAML"),
     "python_tag": (b"masking: !!python/object/apply:os.system [echo hi]\n", "not valid YAML"),
