@@ -68,12 +68,12 @@ class GuardConfig(_Checked):
 def _check_positive(prefix: str, name: str, value: float, *, allow_zero: bool = False) -> None:
     if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
-        raise ConfigError(f"{prefix}.{name} must be {bound}, got {value!r}")
+        raise ConfigError(f"{prefix}.{name} must be {bound}, got {_show(value)}")
 
 
 def _check_fraction(prefix: str, name: str, value: float) -> None:
     if not 0.0 <= value <= 1.0:
-        raise ConfigError(f"{prefix}.{name} must be within [0, 1], got {value!r}")
+        raise ConfigError(f"{prefix}.{name} must be within [0, 1], got {_show(value)}")
 
 
 @dataclass
@@ -419,12 +419,7 @@ class GuardsConfig:
     @classmethod
     def from_yaml(cls, path: str | Path) -> GuardsConfig:
         """Load a YAML file (the same nesting as :meth:`to_dict`)."""
-        import yaml
-
-        text = Path(path).read_text(encoding="utf-8")
-        data = yaml.safe_load(text) or {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+        data = read_yaml_mapping(path)
         if "rl_guards" in data:
             others = sorted(str(k) for k in data if k != "rl_guards")
             if others:
@@ -440,8 +435,6 @@ class GuardsConfig:
 
     def with_overrides(self, assignments: list[str]) -> GuardsConfig:
         """Apply ``section.field=value`` strings (values parsed as YAML scalars/lists)."""
-        import yaml
-
         data = self.to_dict()
         for item in assignments:
             if "=" not in item:
@@ -455,8 +448,152 @@ class GuardsConfig:
                 raise ConfigError(f"unknown guard section {section!r}; available: {sorted(data)}")
             if name not in data[section]:
                 raise ConfigError(f"unknown field {section}.{name}; available: {sorted(data[section])}")
-            data[section][name] = yaml.safe_load(raw)
+            data[section][name] = load_yaml(raw, f"override {key.strip()}")
         return GuardsConfig.from_dict(data)
+
+
+# ----- YAML ----------------------------------------------------------------------------------------------
+MAX_YAML_NODES = 100_000  # nodes of a YAML document once its aliases are expanded (a config has hundreds)
+MAX_INT = 2**63 - 1  # integer fields beyond this are refused (nothing downstream holds them)
+
+
+def load_yaml(text: str | bytes, where: str = "YAML") -> Any:
+    """The value of one YAML document (None when empty), or ConfigError naming ``where``.
+
+    Safe types only; a mapping key given twice is an error naming it (PyYAML keeps the last silently); aliases are
+    followed but a document whose expansion exceeds :data:`MAX_YAML_NODES` nodes (an alias bomb) or refers to
+    itself is refused before anything is built from it. Bad syntax, tabs, bytes that are not UTF-8: ConfigError.
+    """
+    import yaml
+
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"{where}: not UTF-8 text (byte {text[exc.start]:#04x} at offset {exc.start}); save the file as UTF-8"
+            ) from None
+    loader = None
+    try:
+        loader = _loader_class()(text)  # the reader refuses control characters here
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node, where)
+        return loader.construct_document(node)
+    except ConfigError:
+        raise
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: not valid YAML: {_first_lines(exc)}") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: nested too deeply to be a config") from None
+    except (ValueError, OverflowError, TypeError) as exc:  # e.g. an integer literal of more than 4300 digits
+        raise ConfigError(f"{where}: a value cannot be read: {type(exc).__name__}: {str(exc)[:200]}") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    """The top-level mapping of the YAML file at ``path`` ({} for an empty file), or ConfigError naming the file."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    data = load_yaml(raw, str(path))
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def _first_lines(exc: Exception) -> str:
+    return " ".join(str(exc).split())[:300]
+
+
+@functools.cache
+def _loader_class() -> type:
+    """The loader class, built on first use (PyYAML is imported lazily)."""
+    import yaml
+
+    class GuardsYamlLoader(yaml.SafeLoader):
+        """SafeLoader that refuses a mapping key given twice (naming it) instead of keeping the last."""
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            if isinstance(node, yaml.MappingNode):
+                seen: set[Any] = set()
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":  # "<<: *base": merged keys may be overridden
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    try:
+                        duplicate = key in seen
+                        seen.add(key)
+                    except TypeError:  # an unhashable key: PyYAML names it below
+                        continue
+                    if duplicate:
+                        line = key_node.start_mark.line + 1
+                        raise ConfigError(
+                            f"key {_show(key)} is given twice in one mapping (line {line}); YAML would keep the "
+                            "last one silently: keep one"
+                        )
+            return super().construct_mapping(node, deep=deep)
+
+    return GuardsYamlLoader
+
+
+def _check_expansion(root: Any, where: str) -> None:
+    """ConfigError when the node graph, aliases expanded, has more than MAX_YAML_NODES nodes or a cycle."""
+    import yaml
+
+    size: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            on_path.discard(key)
+            children = _children(node, yaml)
+            total = 1 + sum(size[id(c)] for c in children)
+            size[key] = total
+            if total > MAX_YAML_NODES:
+                raise ConfigError(
+                    f"{where}: its aliases expand to more than {MAX_YAML_NODES:,} values (an alias bomb?); "
+                    "write the config out without so many aliases"
+                )
+            continue
+        if key in size:
+            continue
+        if key in on_path:
+            raise ConfigError(f"{where}: an alias refers to a node that contains it (a recursive structure)")
+        on_path.add(key)
+        stack.append((node, True))
+        for child in _children(node, yaml):
+            if id(child) in on_path:
+                raise ConfigError(f"{where}: an alias refers to a node that contains it (a recursive structure)")
+            if id(child) not in size:
+                stack.append((child, False))
+
+
+def _children(node: Any, yaml: Any) -> list[Any]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _show(value: Any, limit: int = 120) -> str:
+    """``repr(value)`` cut to ``limit`` characters; a huge integer shown by its size (its repr may not exist)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    try:
+        text = repr(value)
+    except Exception:
+        return f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @functools.cache
@@ -503,7 +640,7 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:
         return _build(tp, {} if value is None else value, path)  # "masking:" with nothing: the defaults
     if origin is Literal:
         if value not in args:
-            raise ConfigError(f"{path} must be one of {list(args)}, got {value!r}")
+            raise ConfigError(f"{path} must be one of {list(args)}, got {_show(value)}")
         return value
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
@@ -516,32 +653,38 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:
                 return _coerce(arg, value, path)
             except ConfigError as exc:
                 errors.append(str(exc))
-        raise ConfigError(errors[0] if errors else f"{path}: invalid value {value!r}")
+        raise ConfigError(errors[0] if errors else f"{path}: invalid value {_show(value)}")
     if origin is list:
         if not isinstance(value, list | tuple):
-            raise ConfigError(f"{path} must be a list, got {value!r}")
+            raise ConfigError(f"{path} must be a list, got {_show(value)}")
         return [_coerce(args[0], v, f"{path}[{i}]") for i, v in enumerate(value)] if args else list(value)
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{path} must be a mapping, got {value!r}")
+            raise ConfigError(f"{path} must be a mapping, got {_show(value)}")
         return {str(k): _coerce(args[1], v, f"{path}[{k!r}]") if args else v for k, v in value.items()}
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{path} must be true or false, got {value!r}")
+            raise ConfigError(f"{path} must be true or false, got {_show(value)}")
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{path} must be an integer, got {value!r}")
+            raise ConfigError(f"{path} must be an integer, got {_show(value)}")
+        if abs(value) > MAX_INT:
+            raise ConfigError(f"{path} is out of range: {_show(value)} (at most {MAX_INT})")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{path} must be a number, got {value!r}")
-        if not math.isfinite(value):
-            raise ConfigError(f"{path} must be a finite number, got {value!r}")
-        return float(value)
+            raise ConfigError(f"{path} must be a number, got {_show(value)}")
+        try:
+            number = float(value)
+        except OverflowError:  # an integer too large for a float (weight: 1000...0, 400 digits)
+            number = math.inf
+        if not math.isfinite(number):
+            raise ConfigError(f"{path} must be a finite number, got {_show(value)}")
+        return number
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{path} must be a string, got {value!r}")
+            raise ConfigError(f"{path} must be a string, got {_show(value)}")
         return value
     return value
 

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rl_guards.config import GuardsConfig
+from rl_guards.config import GuardsConfig, read_yaml_mapping
 from rl_guards.errors import ConfigError
 
 # Keys of the YAML file that are not GRPOConfig fields.
@@ -104,16 +104,8 @@ def build_grpo_config(fields: dict[str, Any]) -> tuple[Any, str]:
 
 
 def read_config(path: str | Path) -> dict[str, Any]:
-    """The YAML mapping."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except OSError as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
-    return data
+    """The YAML mapping (ConfigError for a file that is no YAML mapping, a key given twice, an alias bomb)."""
+    return read_yaml_mapping(path)
 
 
 def run(ns: argparse.Namespace) -> int:

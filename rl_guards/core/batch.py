@@ -140,9 +140,9 @@ class RolloutBatch:
 
     @cached_property
     def weighted_totals(self) -> np.ndarray:
-        """Per row, the weighted sum of the values returned (None counted 0), as TRL sums them."""
-        weights = np.asarray(self.reward_weights, dtype=np.float64)[: self.reward_matrix.shape[1]]
-        return np.nan_to_num(self.reward_matrix, nan=0.0) @ weights
+        """Per row, the weighted sum of the values returned (None counted 0), as TRL sums them (see
+        :func:`weighted_sum`: an inf reward keeps its row's total non-finite)."""
+        return weighted_sum(self.reward_matrix, self.reward_weights)
 
     @cached_property
     def lengths(self) -> np.ndarray:
@@ -153,6 +153,17 @@ class RolloutBatch:
         """A per-row feature as an array (None when absent)."""
         values = self.features.get(name)
         return None if values is None else np.asarray(values, dtype=np.float64)
+
+
+def weighted_sum(matrix: np.ndarray, weights: Sequence[float]) -> np.ndarray:
+    """Per row of a ``[rows, functions]`` reward matrix, the weighted sum with NaN (a skipped function) counted 0.
+
+    Only NaN is zeroed: an inf reward keeps the total inf (or NaN, with an opposite inf), never the huge finite
+    number ``np.nan_to_num`` would make of it; callers keep non-finite totals out of their means and count them.
+    """
+    w = np.asarray(weights, dtype=np.float64)[: matrix.shape[1]]
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.where(np.isnan(matrix), 0.0, matrix) @ w
 
 
 def nan_to_none(values: Sequence[float]) -> list[float | None]:

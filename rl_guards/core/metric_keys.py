@@ -47,7 +47,10 @@ def encode_task(task: str) -> str:
     text = str(task)
     if not text:
         return EMPTY_SEGMENT
-    return quote(text, safe=SAFE_CHARS).replace("~", "%7E")  # quote() always keeps "~"; the reserved use it
+    # surrogatepass: a lone surrogate (a name decoded from bad bytes, a streamed dataset) gets its own reversible
+    # %ED%A0%80 escape instead of a UnicodeEncodeError at the first metric or checkpoint
+    raw = text.encode("utf-8", "surrogatepass")
+    return quote(raw, safe=SAFE_CHARS).replace("~", "%7E")  # quote() always keeps "~"; the reserved use it
 
 
 def decode_task(segment: str) -> str:
@@ -56,7 +59,7 @@ def decode_task(segment: str) -> str:
         return ""
     if segment == OTHER_SEGMENT:
         return OTHER_TASKS
-    return unquote(segment)
+    return unquote(segment, errors="surrogatepass")
 
 
 def metric_key(guard: str, name: str) -> str:

@@ -62,11 +62,13 @@ BUILTIN_GUARDS: frozenset[str] = frozenset(
 BUILTIN_TASK_METRICS: frozenset[str] = frozenset(
     {"reward_mean", "reward_std", "completion_length", "rows", "groups", "dead_group_share", "dead_all_pass",
      "dead_all_fail", "live_groups", "zero_adv_token_share", "pass_rate", "expected_dead_share", "dead_streak",
-     "truncated_rate"}
+     "truncated_rate", "nonfinite_rewards"}
 )  # fmt: skip
 BUILTIN_TASK_PREFIXES: tuple[str, ...] = ("think/", "reward/", "drift/")
 TASK_ALWAYS: frozenset[str] = frozenset({"reward_mean", "pass_rate", "dead_group_share", "think/thinking_share"})
-TASK_WHEN_NONZERO: frozenset[str] = frozenset({"truncated_rate", "think/anomalous_rate", "drift/moved"})
+TASK_WHEN_NONZERO: frozenset[str] = frozenset(
+    {"truncated_rate", "think/anomalous_rate", "drift/moved", "nonfinite_rewards"}
+)
 # per-task metric -> the TRL metric it equals when every row belongs to one task
 TRL_TWINS_OF_ONE_TASK: dict[str, str] = {
     "reward_mean": "reward",

@@ -22,11 +22,13 @@ class TaskRewardMonitor(Guard):
     key                                  value
     ===================================  ==========================================================================
     ``reward_mean``                      mean weighted total reward of the task's rows (rows no function scored
-                                         are left out; absent when none was scored)
+                                         and non-finite totals are left out; absent when none is left)
     ``reward_std``                       population std of the same totals
     ``reward/<func>/mean``               mean of one reward function over the task's rows it scored (absent
                                          when it scored none of them, e.g. a function routed to another task);
                                          for a 0/1 function this is its share of passes
+    ``nonfinite_rewards``                scored rows whose total is inf or NaN (left out of the means; logged
+                                         when non-zero)
     ``completion_length``                mean completion length in tokens (EOS included)
     ``rows``                             rows of the task in the batch
     ``groups``                           complete groups of the task in the batch
@@ -74,6 +76,8 @@ class TaskRewardMonitor(Guard):
                 report.task_metric(task, "reward_std", s.reward_std)
             for func, values in s.func_values.items():
                 report.task_metric(task, f"reward/{func}/mean", sum(values) / len(values))
+            if s.nonfinite_rows:  # inf / NaN totals: kept out of the means above, counted here
+                report.task_metric(task, "nonfinite_rewards", float(s.nonfinite_rows))
             report.task_metric(task, "completion_length", s.completion_length_mean)
             report.task_metric(task, "rows", float(s.rows))
             report.task_metric(task, "groups", float(s.groups))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -34,18 +35,73 @@ def find_drift_dir(run_dir: str | os.PathLike[str]) -> Path:
 
 
 def load_records(folder: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """The records by step, and the names of files that could not be read (skipped)."""
+    """The records by step, and the names of files that could not be read (skipped): not JSON, a step that is no
+    non-negative integer, statistics that are no numbers (:func:`clean_record`)."""
     records, bad = [], []
     for path in sorted(folder.glob("step_*.json")):
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            int(data["step"])
-            if not isinstance(data.get("stats"), dict):
-                raise ValueError("no stats")
-            records.append(data)
-        except (OSError, ValueError, KeyError, TypeError):
+            records.append(clean_record(json.loads(path.read_text(encoding="utf-8"))))
+        except Exception:  # anything on disk can be damaged or crafted: name it, never stop on it
             bad.append(path.name)
-    return sorted(records, key=lambda r: int(r["step"])), bad
+    return sorted(records, key=lambda r: r["step"]), bad
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _clean_stats(task: str, data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ValueError(f"stats of task {task!r} are no mapping")
+    fields = BehaviourStats.__dataclass_fields__
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in fields:
+            continue
+        if key == "rewards":
+            if not isinstance(value, dict) or not all(_number(v) for v in value.values()):
+                raise ValueError(f"stats {task!r}.rewards are no mapping of numbers")
+            value = {str(k): v for k, v in value.items()}
+        elif not (_number(value) or (key == "reward_total" and value is None)):
+            raise ValueError(f"stats {task!r}.{key} is no finite number: {value!r}"[:200])
+        out[key] = value
+    return out
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else "" if value is None else str(value)
+
+
+def clean_record(data: Any) -> dict[str, Any]:
+    """A probe record as readers use it, or ValueError: the step a non-negative integer, every statistic a finite
+    number; probes and alarms that are no mappings are left out, their texts made strings."""
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    step = data.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step {step!r} is no non-negative integer"[:200])
+    stats = data.get("stats")
+    if not isinstance(stats, dict):
+        raise ValueError("no stats")
+    probes = data.get("probes") if isinstance(data.get("probes"), list) else []
+    alarms = data.get("alarms") if isinstance(data.get("alarms"), list) else []
+    return {
+        **data,
+        "step": step,
+        "source": _text(data.get("source")) or "?",
+        "stats": {_text(t): _clean_stats(_text(t), s) for t, s in stats.items()},
+        "probes": [
+            {
+                **p,
+                "task": _text(p.get("task")),
+                "prompt": _text(p.get("prompt")),
+                "completion": _text(p.get("completion")),
+            }
+            for p in probes
+            if isinstance(p, dict)
+        ],
+        "alarms": [{**a, "task": _text(a.get("task"))} for a in alarms if isinstance(a, dict)],
+    }
 
 
 def stats_of(record: dict[str, Any], task: str) -> BehaviourStats | None:
@@ -76,4 +132,4 @@ def probe_pair(records: list[dict[str, Any]], task: str) -> tuple[dict[str, Any]
     return (first[0], last[0]) if first and last else None
 
 
-__all__ = ["TABLE_STATS", "changes", "find_drift_dir", "load_records", "probe_pair", "stats_of"]
+__all__ = ["TABLE_STATS", "changes", "clean_record", "find_drift_dir", "load_records", "probe_pair", "stats_of"]

@@ -24,6 +24,7 @@ from rl_guards.rollouts.recorder import (
     REWARD_PREFIX,
     SCHEMA_VERSION,
     TOKENIZER_FILE,
+    check_dump_schema,
     default_rollouts_dir,
     scan_dumps,
     step_file_name,
@@ -123,13 +124,16 @@ class RolloutStore:
         except Exception as exc:  # a torn or corrupt file: one clear error naming it, not a thrift traceback
             raise UnreadableDumpError(f"cannot read {path}: {type(exc).__name__}: {str(exc)[:200]}") from exc
         try:
+            check_dump_schema(table.schema)
+        except ValueError as exc:  # a crafted or foreign file: the same verdict as index() gives it
+            raise UnreadableDumpError(f"cannot read {path}: {exc}") from exc
+        try:
             version = int(table.column("schema_version")[0].as_py()) if table.num_rows else SCHEMA_VERSION
         except Exception as exc:
             raise UnreadableDumpError(f"{path} has no readable schema_version: {exc}") from exc
         if version > SCHEMA_VERSION:
-            raise ValueError(
-                f"{self.path(step)} has schema version {version}; this rl_guards reads up to {SCHEMA_VERSION}. "
-                "Upgrade rl_guards."
+            raise UnreadableDumpError(
+                f"{path} has schema version {version}; this rl_guards reads up to {SCHEMA_VERSION}. Upgrade rl_guards."
             )
         return table
 
@@ -142,7 +146,7 @@ class RolloutStore:
         """
         table = self.table(step, columns)
         try:
-            rows = [_with_rewards(row) for row in table.to_pylist()]
+            rows = [_with_rewards(_clean_row(row)) for row in table.to_pylist()]
         except Exception as exc:  # a corrupt data page may only show when the values are read
             raise UnreadableDumpError(f"cannot read {self.path(step)}: {type(exc).__name__}: {exc}") from exc
         want = set(DECODED_COLUMNS) if columns is None else set(columns) & set(DECODED_COLUMNS)
@@ -151,11 +155,12 @@ class RolloutStore:
         for row in rows:
             if "completion" in want and "completion" not in row:
                 ids = row.get("completion_ids")
-                row["completion"] = decode(ids) if decode and ids is not None else row.get("completion_text") or ""
+                text = _decode(decode, ids) if decode and ids else None
+                row["completion"] = text if text is not None else row.get("completion_text") or ""
             if "prompt" in want and "prompt" not in row:
                 key = tuple(row.get("prompt_ids") or ())
                 if key not in prompts:
-                    prompts[key] = decode(list(key)) if decode and key else ""
+                    prompts[key] = (_decode(decode, list(key)) or "") if decode and key else ""
                 row["prompt"] = prompts[key]
         return rows
 
@@ -220,6 +225,37 @@ def filter_rows(
 def has_anomaly(row: dict[str, Any]) -> bool:
     """The row's think markup is broken, or a non-thinking row has tags (informational codes do not count)."""
     return any(code in MALFORMED or code == TAG_IN_NONTHINKING for code in row.get("think_anomalies") or [])
+
+
+MAX_TOKEN_ID = 2**31 - 1  # ids are int32 in the dump; beyond, a crafted value
+
+
+def _decode(decode: Callable[[list[int]], str], ids: Any) -> str | None:
+    """``ids`` decoded, skipping values that are no token id (null, negative, huge); None when nothing decodes."""
+    if not isinstance(ids, list | tuple):
+        return None
+    valid = [i for i in ids if isinstance(i, int) and not isinstance(i, bool) and 0 <= i <= MAX_TOKEN_ID]
+    try:
+        return decode(valid)
+    except Exception:  # a tokenizer that refuses an id it does not know: show the reward functions' text instead
+        return None
+
+
+def _clean_row(row: dict[str, Any]) -> dict[str, Any]:
+    """Values of a known column that a reader cannot use become what an honest dump has there: a task that is no
+    string is shown as one (null as ""), a non-finite reward or advantage is null (the recorder writes them so),
+    anomalies that are no list are none."""
+    task = row.get("task")
+    if "task" in row and not isinstance(task, str):
+        row["task"] = "" if task is None else str(task)
+    for key, value in row.items():
+        if (key in ("reward", "advantage", "epoch") or key.startswith(REWARD_PREFIX)) and value is not None:
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+            row[key] = float(value) if ok else None
+    if "think_anomalies" in row:
+        found = row["think_anomalies"]
+        row["think_anomalies"] = [a for a in found if isinstance(a, str)] if isinstance(found, list) else []
+    return row
 
 
 def _with_rewards(row: dict[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,8 @@ Layout under ``rollouts.output_dir`` (default ``<output_dir>/rl_guards/rollouts`
 
     step_000120.parquet   # columns below; file metadata key "rl_guards" holds step, reason, checkpoint, tasks
     index.jsonl           # one line per file, sorted by step; rebuilt from the files, rewritten atomically
-    tokenizer.json        # the run's tokenizer (fast tokenizers), saved once: readers decode the ids with it
+    tokenizer.json        # the run's tokenizer (fast tokenizers): readers decode the ids with it; written with the
+                          # first dump, and again with a later one whenever it is missing (a failed write)
     superseded/resumed_at_000100/step_000110.parquet   # dumps a resume made obsolete, kept for reference
 
 Resume: after resuming at global step ``k`` nothing is lost (every dump of steps ``< k`` stays) and nothing is
@@ -79,7 +80,7 @@ logger = logging.getLogger("rl_guards")
 
 SCHEMA_VERSION = 2
 INDEX_FILE = "index.jsonl"
-TOKENIZER_FILE = "tokenizer.json"  # the run's tokenizer, saved once: readers decode ids with it
+TOKENIZER_FILE = "tokenizer.json"  # the run's tokenizer (rewritten when missing): readers decode ids with it
 SUPERSEDED_DIR = "superseded"
 METADATA_KEY = b"rl_guards"
 REWARD_PREFIX = "reward/"
@@ -127,12 +128,58 @@ def validate_metadata(meta: Any) -> dict[str, Any]:
     integer("step")
     integer("rows")
     integer("checkpoint", optional=True)
+    integer("schema_version", optional=True)
+    version = meta.get("schema_version")
+    if version is not None and version > SCHEMA_VERSION:
+        raise ValueError(f"rollout schema {version}; this rl_guards reads up to {SCHEMA_VERSION}: upgrade rl_guards")
     tasks = meta.get("tasks")
     if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
         raise ValueError(f"metadata field 'tasks' must be a list of strings, got {tasks!r}"[:200])
     if not isinstance(meta.get("reason"), str):
         raise ValueError(f"metadata field 'reason' must be a string, got {meta.get('reason')!r}"[:200])
+    names = meta.get("reward_names", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"metadata field 'reward_names' must be a list of strings, got {names!r}"[:200])
     return meta
+
+
+# Arrow type of each column a reader uses (``int`` any integer width, ``float`` any float or integer): a dump whose
+# column has another type (crafted, or written by something else) is unreadable, named once and skipped.
+COLUMN_KINDS: dict[str, str] = {
+    "schema_version": "int", "step": "int", "epoch": "float", "mode": "str", "row": "int", "group": "int",
+    "task": "str", "prompt_ids": "ids", "completion_text": "str", "completion_ids": "ids", "prompt_tokens": "int",
+    "completion_tokens": "int", "reward": "float", "advantage": "float", "truncated": "bool", "think_kind": "str",
+    "think_anomalies": "strs", "thinking": "bool", "columns": "str", "prompt": "str", "completion": "str",
+}  # fmt: skip
+
+
+def check_dump_schema(schema: Any) -> None:
+    """ValueError naming the first column whose Arrow type is not the one readers expect (:data:`COLUMN_KINDS`)."""
+    import pyarrow as pa
+
+    def fits(kind: str, tp: Any) -> bool:
+        if kind == "int":
+            return pa.types.is_integer(tp)
+        if kind == "float":
+            return pa.types.is_floating(tp) or pa.types.is_integer(tp)
+        if kind == "str":
+            return pa.types.is_string(tp) or pa.types.is_large_string(tp)
+        if kind == "bool":
+            return pa.types.is_boolean(tp)
+        if not (pa.types.is_list(tp) or pa.types.is_large_list(tp)):
+            return False
+        return fits("int" if kind == "ids" else "str", tp.value_type)
+
+    for f in schema:
+        kind = "float" if f.name.startswith(REWARD_PREFIX) else COLUMN_KINDS.get(f.name)
+        if kind is not None and not fits(kind, f.type):
+            raise ValueError(f"column {f.name!r} has type {f.type}, expected {kind}"[:200])
+
+
+def _arrow_schema(path: Path) -> Any:
+    import pyarrow.parquet as pq
+
+    return pq.read_schema(str(path))
 
 
 def index_entry(meta: dict[str, Any], file_name: str) -> dict[str, Any]:
@@ -162,6 +209,9 @@ def scan_dumps(folder: str | os.PathLike[str]) -> tuple[dict[int, dict[str, Any]
             continue
         try:
             meta = validate_metadata(read_dump_metadata(path))
+            if meta["step"] != int(match.group(1)):
+                raise ValueError(f"metadata step {meta['step']} is not the step in the file name"[:200])
+            check_dump_schema(_arrow_schema(path))
         except Exception as exc:  # anything on disk can be damaged: name it, never stop on it
             bad.append(f"{path.name} ({type(exc).__name__}: {str(exc)[:160]})")
             continue
@@ -472,33 +522,49 @@ class RolloutRecorder(Guard):
 
         folder = self.folder
         folder.mkdir(parents=True, exist_ok=True)
-        self._save_tokenizer(folder)
         table, repaired = build_rollout_table(batches, markup=self._markup)
         meta = {**meta, "tasks": sorted(set(table.column("task").to_pylist())), "repaired_rows": repaired}
         meta["written_at"] = time.time()
         table = table.replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()})
         path = folder / step_file_name(meta["step"])
         write_atomic(path, lambda tmp: pq.write_table(table, str(tmp), compression="zstd"))
+        tokenizer_error = self._save_tokenizer(folder)  # after the dump: a failure here never costs the dump
+        # The index lists the files on disk: dumps removed meanwhile (the folder deleted mid-run) are dropped.
+        self._entries = {s: e for s, e in self._entries.items() if (folder / e["file"]).is_file()}
         self._entries[meta["step"]] = index_entry(meta, path.name)
         index_error = None
         try:
             write_index(folder, self._entries)
         except OSError as exc:  # the dump itself is complete; the index is rebuilt from the files later
             index_error = f"wrote {path} but could not update {folder / INDEX_FILE}: {type(exc).__name__}: {exc}"
+        if tokenizer_error:
+            index_error = tokenizer_error if index_error is None else f"{index_error}; {tokenizer_error}"
         wandb = None
         if new_rows and self.config.wandb_rows_per_task > 0 and _wandb_active():
             wandb = wandb_rows(table, self.config.wandb_rows_per_task, self.ctx.decode, meta.get("checkpoint"))
         return {"step": meta["step"], "new_rows": new_rows, "index_error": index_error, "wandb": wandb,
                 "repaired": repaired, "path": str(path)}  # fmt: skip
 
-    def _save_tokenizer(self, folder: Path) -> None:
-        """Once per run: the tokenizer readers decode the ids with (``tokenizer.json``, fast tokenizers only)."""
-        if self._tokenizer_saved:
-            return
-        self._tokenizer_saved = True
+    def _save_tokenizer(self, folder: Path) -> str | None:
+        """The tokenizer readers decode the ids with (``tokenizer.json``, fast tokenizers only): written with the
+        first dump, and again with the next dump whenever it is not on disk (a failed write, a removed folder);
+        returns what went wrong, or None."""
+        path = folder / TOKENIZER_FILE
+        if self._tokenizer_saved and path.is_file():
+            return None
         backend = getattr(self.ctx.tokenizer, "backend_tokenizer", None)
-        if backend is not None:
-            write_atomic(folder / TOKENIZER_FILE, lambda tmp: backend.save(str(tmp)))
+        if backend is None:
+            return None
+        try:
+            write_atomic(path, lambda tmp: backend.save(str(tmp)))
+        except Exception as exc:  # disk full, a removed folder: retried with the next dump
+            self._tokenizer_saved = False
+            return (
+                f"could not write {path} (readers need it to decode the prompts; retried with the next dump): "
+                f"{type(exc).__name__}: {exc}"
+            )
+        self._tokenizer_saved = True
+        return None
 
     def _drain(self, report: Reporter) -> None:
         """Turn the writer's results into metrics, findings and W&B tables (on the training thread)."""
@@ -518,8 +584,8 @@ class RolloutRecorder(Guard):
                 )
             else:
                 value = result.value
-                if value["index_error"]:
-                    self._write_failed(value["index_error"], report)
+                if value["index_error"]:  # the dump is on disk; its index line or the tokenizer is not
+                    self._write_failed(value["index_error"], report, dump_written=True)
                 if value["repaired"]:
                     report.metric("repaired_rows", float(value["repaired"]))
                 if value["new_rows"]:
@@ -527,13 +593,13 @@ class RolloutRecorder(Guard):
                 if value["wandb"] is not None:
                     self._log_wandb(*value["wandb"], value["step"])
 
-    def _write_failed(self, message: str, report: Reporter) -> None:
+    def _write_failed(self, message: str, report: Reporter, *, dump_written: bool = False) -> None:
         self.write_errors += 1
         report.metric("write_errors", float(self.write_errors))
+        goes_on = "Training goes on" if dump_written else "Training goes on without this dump"
         report.violation(
             "write_failed",
-            f"{message}. Training goes on without this dump; free disk space or set rollouts.output_dir "
-            "to a writable folder.",
+            f"{message}. {goes_on}; free disk space or set rollouts.output_dir to a writable folder.",
         )
 
     # ----- W&B ----------------------------------------------------------------------------------------

@@ -33,6 +33,9 @@ LOG_METRIC_CHART = {"dead_group_share": "dead_share"}
 SPECIAL_TOKEN = re.compile(r"(&lt;\|[^|<>]{1,40}\|&gt;|&lt;/?think&gt;)")
 
 STAT_COLUMNS = ["task", "group", "reward", "truncated", "think_anomalies"]  # what dump_stats reads
+# float32's largest: TRL computes rewards in float32, so a logged value beyond it was inf there (or a non-finite
+# reward turned into a huge finite number); charted as non-finite: left out and counted
+CHART_MAX_ABS = 3.4028234663852886e38
 
 Series = dict[str, list[tuple[float, float]]]
 
@@ -92,7 +95,7 @@ def log_history_curves(state_path: Path, skipped: dict[str, int] | None = None) 
                 metric, task = "reward_mean", "(all, TRL)"
             else:
                 continue
-            if not math.isfinite(value):
+            if not _chartable(value):
                 if skipped is not None:
                     skipped[metric] = skipped.get(metric, 0) + 1
                 continue
@@ -127,6 +130,11 @@ def dump_stats(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _chartable(value: float) -> bool:
+    """Finite and within float32's range (see :data:`CHART_MAX_ABS`)."""
+    return math.isfinite(value) and abs(value) <= CHART_MAX_ABS
 
 
 def collect(run_dir: str | os.PathLike[str]) -> RunData:
@@ -206,9 +214,7 @@ def svg_line_chart(series: Series, title: str, width: int = 520, height: int = 2
     """An inline SVG line chart (one polyline and marker set per series, legend on the right). ``share``: the
     values are fractions, so the y axis starts at 0."""
     esc = html.escape
-    series = {
-        name: [p for p in values if math.isfinite(p[0]) and math.isfinite(p[1])] for name, values in series.items()
-    }
+    series = {name: [p for p in values if _chartable(p[0]) and _chartable(p[1])] for name, values in series.items()}
     points = [p for values in series.values() for p in values]
     if not points:
         return f'<div class="empty">{esc(title)}: no data</div>'

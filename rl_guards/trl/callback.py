@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 import warnings
 from typing import Any
 
 from transformers import TrainerCallback
 
 from rl_guards.config import GuardsConfig
+from rl_guards.errors import ConfigError
 from rl_guards.guards.base import Guard, GuardSession, RLGuardsWarning, RunContext, run_hook
 from rl_guards.guards.preflight import PreflightGuard
 from rl_guards.guards.registry import BATCH_GUARDS
@@ -50,9 +52,16 @@ def calling_trainer() -> Any:
 class GuardsCallback(TrainerCallback):
     """Every guard from ``callbacks=[...]``; ``run`` is the installed :class:`~rl_guards.trl.hook.GuardRun`."""
 
-    def __init__(self, config: GuardsConfig | dict[str, Any] | None = None) -> None:
+    def __init__(self, config: GuardsConfig | dict[str, Any] | str | os.PathLike[str] | None = None) -> None:
         if isinstance(config, dict):
             config = GuardsConfig.from_dict(config)
+        elif isinstance(config, str | os.PathLike):  # a YAML path, as install() takes it
+            config = GuardsConfig.from_yaml(config)
+        elif config is not None and not isinstance(config, GuardsConfig):
+            raise ConfigError(
+                f"GuardsCallback(config): pass a GuardsConfig, a dict or the path of a YAML file, got "
+                f"{type(config).__name__}"
+            )
         self.config = config or GuardsConfig()
         self.run: Any = None  # the GuardRun, once installed
         self._session = GuardSession()  # the start checks' findings when the guards could not be installed

@@ -1,9 +1,11 @@
 """The start-of-training checks without a trainer: the same guards, the same context, the same verdict.
 
 ``rl-guards preflight`` builds the :class:`~rl_guards.guards.base.RunContext` a live trainer would give the guards
-(GRPOConfig, tokenizer, datasets, reward functions, TRL's prompt rendering) and runs every guard's
-``on_train_begin`` (preflight report, template, reward sanity, routing, task column) exactly as ``install()`` does at
-train start. The verdict is "blocking" when training would stop there: a violation of a guard in raise mode.
+(GRPOConfig, tokenizer, datasets, reward functions, TRL's prompt rendering) and runs the ``on_train_begin`` of every
+start check (preflight report, template, reward sanity, routing, task column: :func:`start_check_classes`) exactly as
+``install()`` does at train start; what only prepares a run (moving a resumed run's dumps aside, the drift baseline)
+is never run, so a check never writes to the run's folder. The verdict is "blocking" when training would stop there:
+a violation of a guard in raise mode.
 """
 
 from __future__ import annotations
@@ -103,12 +105,39 @@ def context_without_trainer(
     )
 
 
+def start_check_classes() -> list[type[Guard]]:
+    """The guards whose ``on_train_begin`` is a check (reads the context, writes nothing), in ``install()`` order.
+
+    An explicit list: the other guards with an ``on_train_begin`` prepare the run at start (the rollout recorder
+    moves a resumed run's later dumps aside and rewrites the index, the drift guard generates its baseline and
+    writes it), and a check must never write to a run's folder. A new guard with an ``on_train_begin`` is put in
+    one list or the other (a contract test looks).
+    """
+    from rl_guards.guards.preflight import PreflightGuard
+    from rl_guards.guards.reward_sanity import RewardSanityGuard
+    from rl_guards.guards.routing import RoutingGuard
+    from rl_guards.guards.task_rewards import TaskRewardMonitor
+    from rl_guards.guards.template import DoubleThinkGuard
+
+    return [PreflightGuard, DoubleThinkGuard, RewardSanityGuard, TaskRewardMonitor, RoutingGuard]
+
+
+def prepare_at_start_classes() -> list[type[Guard]]:
+    """The guards whose ``on_train_begin`` prepares the run (writes to its folder, generates): never run by a check."""
+    from rl_guards.guards.drift import DriftGuard
+    from rl_guards.rollouts.recorder import RolloutRecorder
+
+    return [DriftGuard, RolloutRecorder]
+
+
 def start_guards(config: GuardsConfig, guard_classes: Sequence[type[Guard]] | None = None) -> list[Guard]:
-    """The enabled guards that check something at train start, in the order ``install()`` runs them."""
+    """The enabled start checks (:func:`start_check_classes`, or those of ``guard_classes`` that are start checks),
+    in the order ``install()`` runs them."""
     from rl_guards.guards.registry import BATCH_GUARDS
 
+    checks = start_check_classes()
     classes = list(guard_classes) if guard_classes is not None else list(BATCH_GUARDS)
-    guards = [cls(config) for cls in classes if cls.on_train_begin is not Guard.on_train_begin]
+    guards = [cls(config) for cls in classes if cls in checks]
     return [g for g in guards if g.enabled]
 
 
@@ -137,4 +166,12 @@ def run_start_checks(
     return StartVerdict(list(session.findings), stop, report, [g.name for g in guards])
 
 
-__all__ = ["StartVerdict", "context_without_trainer", "render_prompts_like_trl", "run_start_checks", "start_guards"]
+__all__ = [
+    "StartVerdict",
+    "context_without_trainer",
+    "prepare_at_start_classes",
+    "render_prompts_like_trl",
+    "run_start_checks",
+    "start_check_classes",
+    "start_guards",
+]
