@@ -419,15 +419,26 @@ class GuardsConfig:
     @classmethod
     def from_yaml(cls, path: str | Path) -> GuardsConfig:
         """Load a YAML file (the same nesting as :meth:`to_dict`)."""
-        data = read_yaml_mapping(path)
-        if "rl_guards" in data:
-            others = sorted(str(k) for k in data if k != "rl_guards")
-            if others:
-                raise ConfigError(
-                    f"{path}: guard sections both under rl_guards: and at the top level ({others}); keep one"
-                )
-            data = data["rl_guards"] or {}
-        return cls.from_dict(data)
+        return cls.from_dict(_guards_mapping(path))
+
+    @classmethod
+    def layered(
+        cls, section: dict[str, Any] | None = None, path: str | Path | None = None, sets: list[str] | None = None
+    ) -> GuardsConfig:
+        """The precedence of the command lines: a YAML's ``guards:`` ``section`` < the ``--guards_config`` file at
+        ``path`` (field by field: a field the file does not set keeps the section's value) < ``--guards_set``."""
+        if section is not None and not isinstance(section, dict):
+            raise ConfigError(f"the guards: section must be a mapping, got {type(section).__name__}")
+        merged: dict[str, Any] = {
+            key: dict(value) if isinstance(value, dict) else value for key, value in (section or {}).items()
+        }
+        for key, value in (_guards_mapping(path) if path else {}).items():
+            if isinstance(value, dict) and isinstance(merged.get(key), dict):
+                merged[key] = {**merged[key], **value}
+            else:
+                merged[key] = value
+        config = cls.from_dict(merged)
+        return config.with_overrides(list(sets)) if sets else config
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable nested dict."""
@@ -492,6 +503,19 @@ def load_yaml(text: str | bytes, where: str = "YAML") -> Any:
     finally:
         if loader is not None:
             loader.dispose()
+
+
+def _guards_mapping(path: str | Path) -> dict[str, Any]:
+    """A guards YAML's sections: the file's top level, or its ``rl_guards:`` mapping (not both)."""
+    data = read_yaml_mapping(path)
+    if "rl_guards" in data:
+        others = sorted(str(k) for k in data if k != "rl_guards")
+        if others:
+            raise ConfigError(f"{path}: guard sections both under rl_guards: and at the top level ({others}); keep one")
+        data = data["rl_guards"] or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: rl_guards: must be a mapping, got {type(data).__name__}")
+    return data
 
 
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:

@@ -73,3 +73,27 @@ def test_rl_guards_grpo_trains_with_every_guard(tiny: Any, tmp_path: Path) -> No
     assert {"rl_guards/masking/checked_batches", "rl_guards_task/arith/reward_mean"} <= logged
     assert RolloutStore(out).steps() == [0, 1]  # rollouts.every_steps=1 from the guards: section
     assert "dead_groups/dead_task" in done.stdout + done.stderr  # warn_after_steps=2 from the guards: section
+
+
+def test_guards_section_file_and_sets_are_layered(tmp_path: Path) -> None:
+    """Issue 23 #7: the YAML's guards: section < --guards_config < --guards_set, field by field (the file used to
+    replace the section whole: rollouts.every_steps came out 10, not the section's 2)."""
+    from rl_guards.cli.grpo import split_guards
+    from rl_guards.config import GuardsConfig
+
+    grpo_yaml = tmp_path / "grpo.yaml"
+    grpo_yaml.write_text(
+        "output_dir: out\nguards:\n  rollouts: {every_steps: 2}\n  think_tags: {mode: log, max_anomaly_rate: 0.4}\n"
+    )
+    guards_yaml = tmp_path / "guards.yaml"
+    guards_yaml.write_text("think_tags: {mode: raise}\ntruncation: {max_rate: 0.2}\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    argv = ["--config", str(grpo_yaml), "--guards_config", str(guards_yaml), "--guards_set", "truncation.max_rate=0.3"]
+    rest, config = split_guards(argv, work)
+    assert config.rollouts.every_steps == 2  # the section, untouched by the file
+    assert config.think_tags.mode == "raise" and config.think_tags.max_anomaly_rate == 0.4  # file over section
+    assert config.truncation.max_rate == 0.3  # --guards_set over the file
+    assert rest.count("--guards_config") == 1  # the merged config travels as one file
+    shipped = GuardsConfig.from_yaml(rest[rest.index("--guards_config") + 1])
+    assert shipped.with_overrides(["truncation.max_rate=0.3"]) == config

@@ -70,20 +70,20 @@ def split_guards(argv: list[str], workdir: Path) -> tuple[list[str], GuardsConfi
         trl_yaml = workdir / "trl.yaml"
         trl_yaml.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
         rest = ["--config", str(trl_yaml), *rest]
-    guards_file, _ = _pop_option(rest, "--guards_config")
+    guards_file, rest = _pop_option(rest, "--guards_config")
     sets: list[str] = []
     if "--guards_set" in rest:
         i = rest.index("--guards_set") + 1
         while i < len(rest) and not rest[i].startswith("--"):
             sets.append(rest[i])
             i += 1
-    base = GuardsConfig.from_yaml(guards_file) if guards_file else GuardsConfig.from_dict(section or {})
-    config = base.with_overrides(sets) if sets else base
+    config = GuardsConfig.layered(section, guards_file, sets)  # section < file < --guards_set
     config.validate()
-    if guards_file is None:  # the section travels to the processes as a file
-        path = workdir / "guards.yaml"
-        path.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
-        rest = [*rest, "--guards_config", str(path)]
+    # The merged config travels to the processes as one file (replacing --guards_config; --guards_set, still in
+    # argv, applies again on top, to the same result).
+    path = workdir / "guards.yaml"
+    path.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
+    rest = [*rest, "--guards_config", str(path)]
     return rest, config
 
 

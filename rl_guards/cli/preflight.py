@@ -145,8 +145,7 @@ def _is_trl_yaml(data: dict[str, Any]) -> bool:
 
 
 def _guards_config(section: Any, ns: argparse.Namespace) -> GuardsConfig:
-    base = GuardsConfig.from_yaml(ns.guards_config) if ns.guards_config else GuardsConfig.from_dict(section or {})
-    return base.with_overrides(list(ns.guards_set)) if ns.guards_set else base
+    return GuardsConfig.layered(section, ns.guards_config, list(ns.guards_set))
 
 
 def _trl_context(ns: argparse.Namespace, data: dict[str, Any]) -> tuple[Any, GuardsConfig, str]:
