@@ -76,6 +76,7 @@ def test_rloo_trainer_gets_the_batch_guards(tiny: Any, tmp_path: Path) -> None:
     trainer.train()
     assert not run.unavailable and run.batches_seen == 2
     assert "rl_guards/masking/checked_batches" in _batch_keys(trainer.state.log_history)
-    advice = " ".join(f.message for f in run.session.findings if f.guard == "preflight")
-    assert advice  # the preflight report ran on the RLOO run
+    report = run.guard("preflight").last_report  # the preflight report ran on the RLOO run (notes only: no finding)
+    assert report is not None
+    advice = " ".join(f.message for f in report.findings)
     assert "scale_rewards" not in advice  # GRPO-only advice is not given to RLOO (RLOOConfig has no such field)
