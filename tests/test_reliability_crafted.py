@@ -324,7 +324,7 @@ def test_a_lone_surrogate_task_from_an_iterable_dataset_trains_through_a_checkpo
     trainer.train()  # 437f4ff: UnicodeEncodeError in quote() at the first checkpoint
     assert not [f.message for f in run.session.findings if f.kind == "internal_error"]  # 437f4ff: guards failed inside
     state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
-    labels = state["stateful_callbacks"]["GuardRun"]["attributes"]["task_labels"]["kept"]
+    labels = state["stateful_callbacks"]["GuardRunState"]["attributes"]["task_labels"]["kept"]
     assert [decode_task(t) for t in labels] == ["arith", "echo\ud800"]
     logged = {parse_task_metric_key(k) for e in state["log_history"] for k in e if parse_task_metric_key(k)}
     assert ("echo\ud800", "reward_mean") in logged
