@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 import pytest
+from datasets import Dataset
 
 import rl_guards
 from rl_guards.guards.probes import RewardProbeGuard
@@ -88,7 +89,8 @@ def test_probe_finds_the_planted_flaw(make_grpo_trainer: Any, planted: list[Any]
     assert _kinds(run) <= {kind}, run.summary()  # the planted flaw only: the clean function is not blamed
     finding = next(f for f in run.findings if f.kind == kind)
     assert planted[0].__name__ in finding.message and "Fix:" in finding.message
-    assert "prompt:" in finding.message  # the row it was probed on
+    assert "prompt:" in finding.message  # a row it was probed on
+    assert re.search(r"seen on \d+ of the \d+ rows probed", finding.message)  # a quorum of rows, not one
 
 
 def test_declared_exceptions_are_not_flagged(make_grpo_trainer: Any) -> None:
@@ -133,12 +135,12 @@ def test_example_rewards_are_silent(make_grpo_trainer: Any) -> None:
 @pytest.mark.parametrize(("budget", "expected"), [(1.0, 2), (0.02, 1)])
 def test_probes_follow_the_schedule_within_the_budget(make_grpo_trainer: Any, budget: float, expected: int) -> None:
     trainer = make_grpo_trainer(reward_funcs=[arith_correct, echo_match], train_dataset=PLAIN, max_steps=5)
-    config = {"probes": {"mode": "log", "every_steps": 2, "budget": budget}}
+    config = {"probes": {"mode": "log", "every_steps": 2, "budget": budget, "rows": 1}}
     run = rl_guards.install(trainer, config, guards=[RewardProbeGuard])
     trainer.train()
     guard = run.guard("probes")
-    # the free first probe at step 0; at budget 1.0 the second at step 2 (its ~100 calls then exceed the run's 80 by
-    # step 4); at 2 % no second one within 5 steps
+    # one row per task: the free first probe at step 0; at budget 1.0 the second at step 2 (its 64 calls, twice
+    # over, exceed the run's 80 by step 4); at 2 % no second one within 5 steps
     assert guard.probes_run == expected
     assert guard.extra_calls <= budget * guard.run_calls
     assert guard.run_calls == 5 * 8 * 2  # 5 batches x 8 rows x 2 functions
@@ -175,3 +177,27 @@ def test_a_format_reward_is_not_blamed_while_nobody_is_right_yet(make_grpo_train
     run = _run(make_grpo_trainer, [correct, think_format_reward], data)
     assert run.guard("probes").probes_run == 1
     assert not [k for k in _kinds(run) if k.startswith("hackable")], run.summary()
+
+
+def last_number_reward(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+    """The usual GSM8K-style grader: the last number of the answer (after the thinking) against the reference."""
+    rewards = []
+    for completion, expected in zip(completions, answer, strict=True):
+        numbers = re.findall(r"-?\d+", completion[0]["content"].split("</think>")[-1])
+        rewards.append(1.0 if numbers and float(numbers[-1]) == float(expected) else 0.0)
+    return rewards
+
+
+def test_a_last_number_grader_is_not_hackable_by_an_echo_of_a_prompt_that_ends_with_the_answer(
+    make_grpo_trainer: Any,
+) -> None:
+    # Issue 20 item 5: "What is 0+1?" echoed ends with the right number; main called the grader hackable from it.
+    data = Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": f"What is 0+{b}?"}] for b in range(1, 9)],
+            "answer": [str(b) for b in range(1, 9)],
+        }
+    )
+    run = _run(make_grpo_trainer, [last_number_reward], data)
+    assert run.guard("probes").probes_run == 1
+    assert _kinds(run) == set(), run.summary()

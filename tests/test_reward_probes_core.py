@@ -9,14 +9,20 @@ import pytest
 
 from rl_guards.core.probes import (
     HACKABLE,
+    HACKS,
     PREFIX,
+    PROMPT_ECHOED,
     REFERENCE_ALONE,
     THINKING,
+    Assessment,
     Pair,
-    bit,
+    ProbeFinding,
+    decode,
+    encode,
     filler,
     judge,
     plan,
+    quorum,
     split,
 )
 from rl_guards.core.think_markup import MARKUPS, THINK
@@ -89,7 +95,7 @@ def test_totals_keep_a_shaping_term_from_being_blamed() -> None:
     best_total = totals["reference:good@0"]
     assert judge(variants, length, real_best=0.02, real_worst=0.01, totals=totals, best_total=best_total) == []
     alone = judge(variants, length, real_best=0.02, real_worst=0.01)
-    assert [f.probe for f in alone] == [HACKABLE] and "repeated line" in alone[0].detail
+    assert {f.probe for f in alone} == {HACKABLE} and "repeated line" in {f.variant for f in alone}
 
 
 def test_bare_reference_only_judged_when_some_function_asks_for_the_block() -> None:
@@ -119,7 +125,11 @@ def test_variants_keep_each_family_shape(family: str) -> None:
 
 def test_filler_and_bits() -> None:
     assert len(filler(1000)) == 1000 and not re.search(r"\d|<", filler(1000))
-    assert bit(0, PREFIX) == 1 and bit(1, PREFIX) == 8 and bit(2, HACKABLE) == 1 << 8
+    found = ProbeFinding(HACKABLE, "", variant=HACKS[-1])
+    mask = encode(Assessment([found], frozenset({PREFIX, HACKS[-1], HACKS[0]})))
+    assert decode(mask, PREFIX) == (True, False) and decode(mask, THINKING) == (False, False)
+    assert decode(mask, HACKS[-1]) == (True, True) and decode(mask, HACKS[0]) == (True, False)
+    assert mask < 2**52  # exact in the float64 feature that carries it across ranks
 
 
 def test_a_length_term_is_not_taken_for_a_thinking_reader() -> None:
@@ -141,3 +151,38 @@ def test_a_length_term_is_not_taken_for_a_thinking_reader() -> None:
         s if "@" not in v.label else tokens(v.label.split("@")[0] + "@0") for v, s in zip(variants, scores, strict=True)
     ]
     assert THINKING in {f.probe for f in judge(variants, steady, real_best=None, real_worst=None)}  # not a length term
+
+
+GROUPS = {r: r // 4 for r in range(16)}  # 4 groups of 4 rows
+
+
+@pytest.mark.parametrize(
+    ("found", "tried", "verdict"),
+    [
+        ([0], [0], False),  # one row is never a verdict
+        ([0, 1], [0, 1], False),
+        ([0, 1, 4], [0, 1, 4], True),  # three rows, two groups
+        ([0, 1, 4], [0, 1, 4, 5, 8, 9], False),  # half the rows probed is not most of them
+        ([0, 1, 4, 5], [0, 1, 4, 5, 8, 9], True),
+        ([0, 1, 2], [0, 1, 2, 4, 5], False),  # one prompt out of two: a coincidence of that prompt
+        ([0, 1, 2, 3], [0, 1, 2, 3], True),  # the only group probed: as good as it gets
+    ],
+)
+def test_quorum(found: list[int], tried: list[int], verdict: bool) -> None:
+    assert quorum(found, tried, GROUPS) is verdict
+
+
+def _last_number(text: str, answer: str) -> float:
+    numbers = re.findall(r"-?\d+", text.split("</think>")[-1])
+    return float(bool(numbers) and float(numbers[-1]) == float(answer))
+
+
+@pytest.mark.parametrize(("prompt", "echoed"), [("What is 0+1?", False), ("What is 3+4?", True)])
+def test_the_prompt_is_echoed_only_where_it_does_not_hold_the_answer(prompt: str, echoed: bool) -> None:
+    answer = str(eval(prompt[8:-1]))  # the sum
+    variants = plan(
+        [Pair("reference", answer, "9")], thinks=False, markup=None, prompt_text=prompt, reference=answer, longest=100
+    )
+    assert (PROMPT_ECHOED in [v.label for v in variants]) is echoed
+    scores = [_last_number(v.text, answer) for v in variants]
+    assert judge(variants, scores, real_best=1.0, real_worst=0.0) == []  # a last-number grader is not hackable

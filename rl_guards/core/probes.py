@@ -20,20 +20,25 @@ against another row's when the dataset has a reference column. Three questions:
   reference answer alone without the think block the run's completions have, another prompt's answer. One that the
   function scores at or above the best answer it gave a real (or reference) completion, above the worst, and whose
   weighted total across the run's functions also reaches the best real total, is reward the policy can earn
-  without doing the task.
+  without doing the task. The prompt echoed is tried only where the prompt does not hold the answer itself.
+
+One row proves nothing: a verdict needs the finding
+on at least ``QUORUM`` rows, most of the rows it was tried on, from more than one group where there are several
+(:func:`quorum`); :func:`encode` packs one function's verdict on a row into the bits that cross ranks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rl_guards.core.think_markup import ThinkMarkup, scan
 
 PREFIX = "prefix"
 THINKING = "thinking"
 HACKABLE = "hackable"
-PROBES: tuple[str, ...] = (PREFIX, THINKING, HACKABLE)  # bit order of a function's verdicts (see ``bit``)
+PROBES: tuple[str, ...] = (PREFIX, THINKING, HACKABLE)
 
 PREFIX_CUTS: tuple[int, ...] = (20, 64, 256, 1024, 4096)  # characters of neutral text before the answer
 FILLER = "Let me look at each part of the question carefully before I answer. "  # no digits, no tags
@@ -42,6 +47,17 @@ REPEATS = 40  # lines of the repeated-line variant
 TOLD = 0.5  # a pair counts as told apart when its score gap is at least this share of the gap at k = 0
 EPS = 1e-9
 REFERENCE_ALONE = "reference answer alone, no think block"
+PROMPT_ECHOED = "prompt echoed"
+# the degenerate variants, in bit order (see ``encode``); new ones go at the end
+HACKS: tuple[str, ...] = (
+    "empty answer",
+    "only think tags",
+    "repeated line",
+    PROMPT_ECHOED,
+    "another prompt's answer",
+    REFERENCE_ALONE,
+)
+QUORUM = 3  # a verdict needs the finding on at least this many rows, and on most of the rows it was tried on
 
 
 @dataclass(frozen=True)
@@ -70,11 +86,53 @@ class ProbeFinding:
 
     probe: str
     detail: str  # for the message: the estimated cut, the scores, the variant
+    variant: str = ""  # HACKABLE: the degenerate variant's label (one of ``HACKS``)
 
 
-def bit(function_index: int, probe: str) -> int:
-    """The bit of ``probe`` for the function at ``function_index`` in a row's verdict mask."""
-    return 1 << (function_index * len(PROBES) + PROBES.index(probe))
+@dataclass(frozen=True)
+class Assessment:
+    """One function on one row: its findings, and what could be judged (the denominators of the quorum)."""
+
+    findings: list[ProbeFinding]
+    tried: frozenset[str]  # PREFIX / THINKING when judged on this row, and the labels of the hack variants judged
+
+
+def _bits(key: str) -> tuple[int, int]:
+    """(tried bit, found bit) of a probe (PREFIX, THINKING) or a hack variant label in a row's mask."""
+    index = (PREFIX, THINKING, *HACKS).index(key)
+    return 1 << (2 * index), 1 << (2 * index + 1)
+
+
+def encode(assessment: Assessment) -> int:
+    """One function's verdict on one row as a bit mask (exact in a float64: 2 bits per key, under 52 bits)."""
+    mask = 0
+    for key in assessment.tried:
+        mask |= _bits(key)[0]
+    for finding in assessment.findings:
+        mask |= _bits(finding.variant if finding.probe == HACKABLE else finding.probe)[1]
+    return mask
+
+
+def decode(mask: int, key: str) -> tuple[bool, bool]:
+    """(tried, found) of ``key`` (PREFIX, THINKING or a hack label) in a mask from :func:`encode`."""
+    tried, found = _bits(key)
+    return bool(mask & tried), bool(mask & found)
+
+
+def quorum(found: Sequence[int], tried: Sequence[int], group_of: Mapping[int, int]) -> bool:
+    """Whether rows ``found`` (of the rows ``tried``) make a verdict: at least ``QUORUM`` rows, most of those
+    tried, and from two groups or more when the rows tried come from more than one (one prompt can be a
+    coincidence: a last-number grader paid by the echoed "What is 0+1?")."""
+    if len(found) < QUORUM or 2 * len(found) <= len(tried):
+        return False
+    groups_tried = {group_of[r] for r in tried}
+    return len({group_of[r] for r in found}) >= min(2, len(groups_tried))
+
+
+def answer_in(needle: str, haystack: str) -> bool:
+    """Whether a short answer occurs in ``haystack`` (case-insensitive): then an echo of it is not degenerate."""
+    needle = needle.strip().lower()
+    return bool(needle) and needle in haystack.lower()
 
 
 def filler(chars: int) -> str:
@@ -157,8 +215,11 @@ def plan(
     if markup is not None:
         hacks["only think tags"] = compose("", "", markup, prompt_opened)
     hacks["repeated line"] = "\n".join([NEUTRAL_LINE] * REPEATS)
-    if prompt_text.strip():
-        hacks["prompt echoed"] = prompt_text
+    # an echo is degenerate only where the prompt does not itself hold the answer ("What is 0+1?" ends with it)
+    answers = [str(reference)] if reference is not None else []
+    answers += [p.good for p in pairs if len(p.good.strip()) <= 64]
+    if prompt_text.strip() and not any(answer_in(a, prompt_text) for a in answers):
+        hacks[PROMPT_ECHOED] = prompt_text
     if other_answer is not None and other_answer.strip() and other_answer != reference:
         hacks["another prompt's answer"] = shaped(filler(64), other_answer) if block else other_answer
     if reference is not None and str(reference).strip() and block and real_has_block:
@@ -172,7 +233,12 @@ def _gap(by_label: Mapping[str, float | None], pair: str, k: int | str) -> float
     return None if good is None or bad is None else good - bad
 
 
-def judge(
+def judge(variants: Sequence[Variant], scores: Sequence[float | None], **kwargs: Any) -> list[ProbeFinding]:
+    """The findings of :func:`assess` (one row, no quorum)."""
+    return assess(variants, scores, **kwargs).findings
+
+
+def assess(
     variants: Sequence[Variant],
     scores: Sequence[float | None],
     *,
@@ -184,8 +250,9 @@ def judge(
     check_thinking: bool = True,
     format_matters: bool = False,
     strict: bool = False,
-) -> list[ProbeFinding]:
-    """One function's findings from its scores of ``variants`` (None: it did not score that variant).
+) -> Assessment:
+    """One function's findings on one row from its scores of ``variants`` (None: it did not score that variant),
+    and what could be judged there (a verdict over rows needs :func:`quorum`).
 
     ``real_best`` / ``real_worst``: its best and worst scores of the group's real completions; ``totals``: each
     hack variant's weighted total over every function, ``best_total`` the best total a real or reference
@@ -198,6 +265,7 @@ def judge(
     by_label = {v.label: s for v, s in zip(variants, scores, strict=True)}
     pairs = list(dict.fromkeys(v.label.split(":")[0] for v in variants if v.probe == PREFIX))
     out: list[ProbeFinding] = []
+    tried: set[str] = set()
     best = real_best
     worst = real_worst
     for pair in pairs:
@@ -209,15 +277,18 @@ def judge(
         if pair.startswith("reference"):
             best = good0 if best is None else max(best, good0)
             worst = bad0 if worst is None else min(worst, bad0)
-        if check_prefix and not any(f.probe == PREFIX for f in out):
-            finding = _prefix_finding(by_label, pair, gap0, good0, bad0)
-            if finding is not None:
-                out.append(finding)
+        if check_prefix and f"{pair}:good@tail" in by_label:
+            tried.add(PREFIX)
+            if not any(f.probe == PREFIX for f in out):
+                finding = _prefix_finding(by_label, pair, gap0, good0, bad0)
+                if finding is not None:
+                    out.append(finding)
         leak, neutral = by_label.get(f"{pair}:leak"), by_label.get(f"{pair}:neutral")
         if _length_driven(by_label, pair, gap0, good0):
             continue  # its score follows the text's length (a length term): leak and neutral differ in tokens
-        if check_thinking and leak is not None and neutral is not None and not any(f.probe == THINKING for f in out):
-            if (leak - neutral) / gap0 >= TOLD:
+        if check_thinking and leak is not None and neutral is not None:
+            tried.add(THINKING)
+            if (leak - neutral) / gap0 >= TOLD and not any(f.probe == THINKING for f in out):
                 out.append(
                     ProbeFinding(
                         THINKING,
@@ -227,13 +298,16 @@ def judge(
                     )
                 )
     if best is None or worst is None or best - worst <= EPS:
-        return out
+        return Assessment(out, frozenset(tried))
     margin = EPS if strict else -EPS  # strictly above the best, or at least as much
     for v in variants:
         score = by_label.get(v.label)
-        if v.probe != HACKABLE or score is None or score <= best + margin:
+        if v.probe != HACKABLE or score is None or v.label not in HACKS:
             continue
         if v.label == REFERENCE_ALONE and not format_matters:
+            continue
+        tried.add(v.label)
+        if score <= best + margin:
             continue
         if totals is not None and best_total is not None and totals.get(v.label, best_total) <= best_total + margin:
             continue  # another function keeps the total below the best completion's: not earnable
@@ -242,10 +316,10 @@ def judge(
                 HACKABLE,
                 f"pays the degenerate completion '{v.label}' {score:g}, as much as its best real or reference "
                 f"answer ({best:g}; worst {worst:g}): {_show(v.text)}",
+                variant=v.label,
             )
         )
-        break  # one degenerate variant is enough to show it
-    return out
+    return Assessment(out, frozenset(tried))
 
 
 def _length_driven(by_label: Mapping[str, float | None], pair: str, gap0: float, good0: float) -> bool:
@@ -289,17 +363,25 @@ def _show(text: str, chars: int = 120) -> str:
 
 __all__ = [
     "HACKABLE",
+    "HACKS",
     "PREFIX",
     "PROBES",
+    "PROMPT_ECHOED",
+    "QUORUM",
     "REFERENCE_ALONE",
     "THINKING",
+    "Assessment",
     "Pair",
     "ProbeFinding",
     "Variant",
-    "bit",
+    "answer_in",
+    "assess",
     "compose",
+    "decode",
+    "encode",
     "filler",
     "judge",
     "plan",
+    "quorum",
     "split",
 ]

@@ -15,15 +15,16 @@ from rl_guards.core.batch import RolloutBatch
 from rl_guards.core.completions import completion_text
 from rl_guards.core.probes import (
     HACKABLE,
+    HACKS,
     PREFIX,
-    PROBES,
     REFERENCE_ALONE,
     THINKING,
     Pair,
-    Variant,
-    bit,
-    judge,
+    assess,
+    decode,
+    encode,
     plan,
+    quorum,
     split,
 )
 from rl_guards.errors import RewardProbeError
@@ -70,15 +71,19 @@ class RewardProbeGuard(Guard):
 
     Due at the first train batch, then at a train batch ``probes.every_steps`` steps after the last probe as long as
     the extra reward calls stay within ``probes.budget`` of the run's reward calls (the first probe aside). Each
-    rank probes ``probes.rows`` of its own rows (the best of a group it holds); the verdicts are per-row bits
-    gathered like every feature, so all ranks agree. Functions probed: every plain Python reward function except
-    those in ``probes.skip`` (reward models never). The calls get no-op ``log_metric``/``log_extra``, so the run's
-    metrics and completions table never see them; the rewards used for training are never touched; a function that
-    raises on a variant is left out of that probe.
+    rank probes up to ``probes.rows`` of its own rows of each task, spread over the groups (those whose totals vary
+    first, the best rows of each first); each function's verdict on a row is a feature of bits gathered like every
+    feature (one per function: no limit on their number), so all ranks agree. A violation needs a quorum of the
+    rows (:func:`rl_guards.core.probes.quorum`: at least three, most of those the probe could judge, from more
+    than one group where there are several) and says on how many rows of how many it was seen.
+
+    Functions probed: every plain Python reward function except those in ``probes.skip`` (reward models never). The
+    calls get no-op ``log_metric``/``log_extra``, so the run's metrics and completions table never see them; the
+    rewards used for training are never touched; a function that raises on a variant is left out of that probe.
 
     Violations (default mode warn, :class:`~rl_guards.errors.RewardProbeError`), one kind per function:
     ``reads_prefix:<fn>``, ``reads_thinking:<fn>`` (not for ``probes.process_rewards``), ``hackable:<fn>``; each
-    names the function, the variant and its score, and the row's prompt.
+    names the function, the variant and its score, on how many rows of how many, and a row's prompt.
 
     ======================================  ==================================================================
     key                                     value
@@ -91,18 +96,24 @@ class RewardProbeGuard(Guard):
 
     name: ClassVar[str] = "probes"
     config_field: ClassVar[str] = "probes"
-    FEATURES: ClassVar[tuple[str, ...]] = ("found", "calls")
+    FEATURES: ClassVar[tuple[str, ...]] = ("probed", "calls")  # + one verdict mask per reward function (setup)
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
         self.config: ProbesConfig
         self._details: dict[int, list[dict[str, str]]] = {}  # held row -> findings with their text
+        self._cache: dict[tuple[int, int], dict[str, float | None]] = {}  # (function, group) -> text -> score
         self.probes_run = 0
         self.last_step = -1
         self.extra_calls = 0.0  # extra reward calls of every probe after the first, all ranks
         self.first_calls = 0.0
         self.run_calls = 0.0  # reward calls the trainer made for train batches, all ranks
         self.last_cost = 0.0
+
+    def setup(self, ctx: Any) -> None:
+        super().setup(ctx)
+        # one feature per reward function (its verdict bits on the row): any number of functions is probed
+        self.FEATURES = (*type(self).FEATURES, *(f"fn{i}" for i in range(len(ctx.reward_funcs))))  # type: ignore[misc]
 
     # ----- which functions, when --------------------------------------------------------------------------
     def functions(self) -> list[tuple[int, str, Any]]:
@@ -114,7 +125,7 @@ class RewardProbeGuard(Guard):
         return [
             (i, name, fn)
             for i, (name, fn) in enumerate(zip(names, self.ctx.reward_funcs, strict=False))
-            if name not in skip and callable(fn) and not _is_model(fn) and i * len(PROBES) + len(PROBES) <= 52
+            if name not in skip and callable(fn) and not _is_model(fn)
         ]
 
     def _reference_columns(self, columns: set[str]) -> list[str]:
@@ -148,17 +159,22 @@ class RewardProbeGuard(Guard):
     # ----- per batch -------------------------------------------------------------------------------------
     def scan(self, batch: RolloutBatch) -> dict[str, list[float]]:
         held = list(batch.held_rows)
-        found = dict.fromkeys(held, 0.0)
+        masks: dict[int, dict[int, int]] = {}
         calls = 0
         self._details = {}
+        self._cache = {}
         if held and self.due(batch):
             for row in self._rows_to_probe(batch, held):
-                bits, made = self._probe_row(batch, row, held)
-                found[row] = float(bits)
+                masks[row], made = self._probe_row(batch, row, held)
                 calls += made
             drain_watched()  # texts a watch_inputs judge saw during the probe are not the run's
+            self._cache = {}
         first = [1.0] + [0.0] * (len(held) - 1) if held else []
-        return {"found": [found[r] for r in held], "calls": [v * calls for v in first]}
+        out = {"probed": [float(r in masks) for r in held], "calls": [v * calls for v in first]}
+        for name in self.FEATURES[2:]:
+            index = int(name[2:])
+            out[name] = [float(masks.get(r, {}).get(index, 0)) for r in held]
+        return out
 
     def row_evidence(self, batch: RolloutBatch, row: int) -> str | None:
         return json.dumps(self._details[row]) if row in self._details else None
@@ -177,38 +193,57 @@ class RewardProbeGuard(Guard):
         self.probes_run += 1
         self.last_step = batch.step
         self.last_cost = calls
-        rows = [i for i, v in enumerate(feats["found"]) if v]
-        report.metric("probed_rows", float(sum(1 for v in feats["calls"] if v)))
+        report.metric("probed_rows", float(sum(1 for v in feats["probed"] if v)))
         report.metric("extra_call_share", (self.extra_calls + self.first_calls) / max(self.run_calls, 1.0))
-        names = list(batch.reward_names)
+        group_of = {r: batch.group_of(r) for r in range(len(batch))}
         total = 0
-        for row in rows:
-            mask = int(feats["found"][row])
-            for f, fname in enumerate(names):
-                for probe in PROBES:
-                    if mask & bit(f, probe):
-                        total += 1
-                        report.violation(
-                            f"{_KINDS[probe]}:{fname}",
-                            lambda row=row, fname=fname, probe=probe: self._message(batch, row, fname, probe),
-                            RewardProbeError,
-                            rows=[row],
-                        )
+        for index, fname in enumerate(batch.reward_names):
+            masks = [int(v) for v in feats.get(f"fn{index}", [])]
+            verdicts = [(probe, "", *self._rows(masks, probe)) for probe in (PREFIX, THINKING)]
+            hacks = [(HACKABLE, label, *self._rows(masks, label)) for label in HACKS]
+            hacks = [h for h in hacks if quorum(h[2], h[3], group_of)]
+            verdicts += sorted(hacks, key=lambda h: -len(h[2]) / len(h[3]))[:1]  # the variant paid most often
+            for probe, variant, found, tried in verdicts:
+                if not quorum(found, tried, group_of):
+                    continue
+                total += 1
+                report.violation(
+                    f"{_KINDS[probe]}:{fname}",
+                    lambda found=found, tried=tried, fname=fname, probe=probe, variant=variant: self._message(
+                        batch, found, tried, fname, probe, variant
+                    ),
+                    RewardProbeError,
+                    rows=[found[0]],
+                )
         report.metric("findings", float(total))
+
+    @staticmethod
+    def _rows(masks: list[int], key: str) -> tuple[list[int], list[int]]:
+        """(rows where ``key`` was found, rows where it was tried) from one function's verdict masks."""
+        tried = [r for r, m in enumerate(masks) if decode(m, key)[0]]
+        return [r for r in tried if decode(masks[r], key)[1]], tried
 
     # ----- one row ---------------------------------------------------------------------------------------
     def _rows_to_probe(self, batch: RolloutBatch, held: list[int]) -> list[int]:
-        """The best row (by total) of up to ``probes.rows`` groups this rank holds, those whose totals vary first."""
+        """Up to ``probes.rows`` held rows of each task, taken in turn from its groups (those whose totals vary
+        first; in each group the best rows first): several rows from several groups for the quorum."""
         totals = batch.weighted_totals
-        held_set = set(held)
         groups: dict[int, list[int]] = {}
         for row in held:
             groups.setdefault(batch.group_of(row), []).append(row)
-        ranked = sorted(groups.values(), key=lambda rows: (-(np.ptp(totals[rows]) if len(rows) else 0.0), rows[0]))
-        chosen = [max(rows, key=lambda r: (totals[r], -r)) for rows in ranked if set(rows) <= held_set]
-        return chosen[: self.config.rows]
+        by_task: dict[str, list[list[int]]] = {}
+        for rows in groups.values():
+            task = batch.tasks[rows[0]] if batch.tasks else ""
+            by_task.setdefault(str(task), []).append(sorted(rows, key=lambda r: (-totals[r], r)))
+        chosen: list[int] = []
+        for _, task_groups in sorted(by_task.items()):
+            task_groups.sort(key=lambda rows: (-float(np.ptp(totals[rows])), rows[0]))
+            order = [g[d] for d in range(max(len(g) for g in task_groups)) for g in task_groups if d < len(g)]
+            chosen += order[: self.config.rows]
+        return sorted(chosen)
 
-    def _probe_row(self, batch: RolloutBatch, row: int, held: list[int]) -> tuple[int, int]:
+    def _probe_row(self, batch: RolloutBatch, row: int, held: list[int]) -> tuple[dict[int, int], int]:
+        """Each probed function's verdict mask on ``row`` (:func:`rl_guards.core.probes.encode`), and the calls."""
         inputs, prompts, completions, _, state = _reward_inputs(batch, held)
         local = held.index(row)
         markup = markup_from_config(self.guards_config.think_tags, self.ctx.template_text)
@@ -254,11 +289,16 @@ class RewardProbeGuard(Guard):
         scores: dict[int, list[float | None]] = {}
         made = 0
         for index, _name, fn in self.functions():
+            # rows of one group share the prompt and the columns: a text scored for one is not scored again
+            cache = self._cache.setdefault((index, batch.group_of(row)), {})
+            todo = [v for v in dict.fromkeys(v.text for v in variants) if v not in cache]
             try:
-                scores[index] = self._score(fn, variants, prompts[local], completions[local], columns, state)
+                fresh = self._score(fn, todo, prompts[local], completions[local], columns, state) if todo else []
             except Exception:  # the function cannot score a variant: not probed this time, never the run's problem
                 continue
-            made += len(variants)
+            cache.update(zip(todo, fresh, strict=True))
+            scores[index] = [cache[v.text] for v in variants]
+            made += len(todo)
         weights = batch.reward_weights
         matrix = batch.reward_matrix
         totals_of = {}
@@ -290,14 +330,14 @@ class RewardProbeGuard(Guard):
                 for s in scores.values()
             )
         )
-        bits = 0
+        masks: dict[int, int] = {}
         details: list[dict[str, str]] = []
         for index, name in probed.items():
-            if index not in scores:
-                continue
+            if index not in scores or all(v is None for v in scores[index]):
+                continue  # not its task (None for every variant), or it failed: not tried on this row
             column = matrix[group, index] if index < matrix.shape[1] else np.array([math.nan])
             real = column[~np.isnan(column)]
-            findings = judge(
+            assessment = assess(
                 variants,
                 scores[index],
                 real_best=float(real.max()) if real.size else None,
@@ -309,24 +349,26 @@ class RewardProbeGuard(Guard):
                 format_matters=format_matters,
                 strict=not informative,
             )
-            for finding in findings:
-                bits |= bit(index, finding.probe)
-                details.append({"function": name, "probe": finding.probe, "detail": finding.detail})
+            masks[index] = encode(assessment)
+            for finding in assessment.findings:
+                details.append(
+                    {"function": name, "probe": finding.probe, "variant": finding.variant, "detail": finding.detail}
+                )
         if details:
             self._details[row] = details
-        return bits, made
+        return masks, made
 
     def _score(
-        self, fn: Any, variants: list[Variant], prompt: Any, original: Any, columns: dict[str, Any], state: Any
+        self, fn: Any, texts: list[str], prompt: Any, original: Any, columns: dict[str, Any], state: Any
     ) -> list[float | None]:
         from rl_guards.rewards.calls import call_reward  # the adapter-side caller (awaits async functions)
 
-        n = len(variants)
+        n = len(texts)
         return call_reward(
             fn,
             prompts=[prompt] * n,
-            completions=[_shaped_like(original, v.text) for v in variants],
-            completion_ids=[self._ids(v.text) for v in variants],
+            completions=[_shaped_like(original, text) for text in texts],
+            completion_ids=[self._ids(text) for text in texts],
             columns={k: [value] * n for k, value in columns.items()},
             trainer_state=state,
         )
@@ -341,18 +383,28 @@ class RewardProbeGuard(Guard):
             return []
         return ids + self.ctx.eos_token_ids[:1]
 
-    def _message(self, batch: RolloutBatch, row: int, fname: str, probe: str) -> str:
+    def _message(
+        self, batch: RolloutBatch, found: list[int], tried: list[int], fname: str, probe: str, variant: str
+    ) -> str:
+        row = found[0]
         text = batch.evidence.get((self.name, row))
         if text is None and batch.holds(row):
             text = self.row_evidence(batch, row)
         details = json.loads(text) if text else []
         detail = next(
-            (d["detail"] for d in details if d["function"] == fname and d["probe"] == probe), "(on another rank)"
+            (
+                d["detail"]
+                for d in details
+                if d["function"] == fname and d["probe"] == probe and d.get("variant", "") == variant
+            ),
+            "(on another rank)",
         )
         prompt = _prompt_text(batch.prompts[row]) if row < len(batch.prompts) and batch.prompts[row] is not None else ""
+        groups = len({batch.group_of(r) for r in found})
         return (
-            f"reward function {fname!r} {detail}.\n  probed on row {row} (task {batch.tasks[row]!r}, step "
-            f"{batch.step}), prompt: {prompt[-160:]!r}\n  {_FIXES[probe]}"
+            f"reward function {fname!r} {detail}.\n  seen on {len(found)} of the {len(tried)} rows probed for this "
+            f"({groups} group(s)); e.g. row {row} (task {batch.tasks[row]!r}, step {batch.step}), prompt: "
+            f"{prompt[-160:]!r}\n  {_FIXES[probe]}"
         )
 
     # ----- resume ----------------------------------------------------------------------------------------
