@@ -201,3 +201,82 @@ def test_a_last_number_grader_is_not_hackable_by_an_echo_of_a_prompt_that_ends_w
     run = _run(make_grpo_trainer, [last_number_reward], data)
     assert run.guard("probes").probes_run == 1
     assert _kinds(run) == set(), run.summary()
+
+
+# The reward functions of the widely copied GRPO GSM8K example (XML reasoning/answer format), as users paste them.
+XML_SYSTEM_PROMPT = "Respond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>\n"
+
+
+def extract_xml_answer(text: str) -> str:
+    answer = text.split("<answer>")[-1]
+    answer = answer.split("</answer>")[0]
+    return answer.strip()
+
+
+def correctness_reward_func(
+    prompts: list[Any], completions: list[Any], answer: list[str], **kwargs: Any
+) -> list[float]:
+    responses = [completion[0]["content"] for completion in completions]
+    extracted_responses = [extract_xml_answer(r) for r in responses]
+    return [2.0 if r == a else 0.0 for r, a in zip(extracted_responses, answer, strict=True)]
+
+
+def int_reward_func(completions: list[Any], **kwargs: Any) -> list[float]:
+    responses = [completion[0]["content"] for completion in completions]
+    extracted_responses = [extract_xml_answer(r) for r in responses]
+    return [0.5 if r.isdigit() else 0.0 for r in extracted_responses]
+
+
+def strict_format_reward_func(completions: list[Any], **kwargs: Any) -> list[float]:
+    pattern = r"^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n$"
+    responses = [completion[0]["content"] for completion in completions]
+    matches = [re.match(pattern, r) for r in responses]
+    return [0.5 if match else 0.0 for match in matches]
+
+
+def soft_format_reward_func(completions: list[Any], **kwargs: Any) -> list[float]:
+    pattern = r"<reasoning>.*?</reasoning>\s*<answer>.*?</answer>"
+    responses = [completion[0]["content"] for completion in completions]
+    matches = [re.match(pattern, r) for r in responses]
+    return [0.5 if match else 0.0 for match in matches]
+
+
+def count_xml(text: str) -> float:
+    count = 0.0
+    if text.count("<reasoning>\n") == 1:
+        count += 0.125
+    if text.count("\n</reasoning>\n") == 1:
+        count += 0.125
+    if text.count("\n<answer>\n") == 1:
+        count += 0.125
+        count -= len(text.split("\n</answer>\n")[-1]) * 0.001
+    if text.count("\n</answer>") == 1:
+        count += 0.125
+        count -= (len(text.split("\n</answer>")[-1]) - 1) * 0.001
+    return count
+
+
+def xmlcount_reward_func(completions: list[Any], **kwargs: Any) -> list[float]:
+    contents = [completion[0]["content"] for completion in completions]
+    return [count_xml(c) for c in contents]
+
+
+XML_REWARDS = [xmlcount_reward_func, soft_format_reward_func, strict_format_reward_func, int_reward_func,
+               correctness_reward_func]  # fmt: skip
+
+
+def test_the_copied_xml_format_rewards_are_silent(make_grpo_trainer: Any) -> None:
+    # Issue 20 item 6 (the pure rules' regression test: test_format_rewards_are_not_judged_as_outcome_rewards).
+    questions = [(a, b) for a in range(3) for b in range(3, 6)]
+    data = Dataset.from_dict(
+        {
+            "prompt": [
+                [{"role": "system", "content": XML_SYSTEM_PROMPT}, {"role": "user", "content": f"What is {a}+{b}?"}]
+                for a, b in questions
+            ],
+            "answer": [str(a + b) for a, b in questions],
+        }
+    )
+    run = _run(make_grpo_trainer, XML_REWARDS, data)
+    assert run.guard("probes").probes_run == 1
+    assert _kinds(run) == set(), run.summary()

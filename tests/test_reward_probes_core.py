@@ -186,3 +186,58 @@ def test_the_prompt_is_echoed_only_where_it_does_not_hold_the_answer(prompt: str
     assert (PROMPT_ECHOED in [v.label for v in variants]) is echoed
     scores = [_last_number(v.text, answer) for v in variants]
     assert judge(variants, scores, real_best=1.0, real_worst=0.0) == []  # a last-number grader is not hackable
+
+
+# The format rewards of the widely copied GRPO example scripts (GSM8K, XML reasoning/answer format).
+def _strict_format(text: str) -> float:
+    return 0.5 if re.match(r"^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n$", text) else 0.0
+
+
+def _soft_format(text: str) -> float:
+    return 0.5 if re.match(r"<reasoning>.*?</reasoning>\s*<answer>.*?</answer>", text) else 0.0
+
+
+def _count_xml(text: str) -> float:
+    count = 0.0
+    if text.count("<reasoning>\n") == 1:
+        count += 0.125
+    if text.count("\n</reasoning>\n") == 1:
+        count += 0.125
+    if text.count("\n<answer>\n") == 1:
+        count += 0.125
+        count -= len(text.split("\n</answer>\n")[-1]) * 0.001
+    if text.count("\n</answer>") == 1:
+        count += 0.125
+        count -= (len(text.split("\n</answer>")[-1]) - 1) * 0.001
+    return count
+
+
+FORMAT_REWARDS: dict[str, Score] = {"strict": _strict_format, "soft": _soft_format, "count_xml": _count_xml}
+XML_GOOD = (
+    "<reasoning>2+3=5</reasoning><answer>5</answer>",
+    "<reasoning>\n2+3=5\n</reasoning>\n<answer>\n5\n</answer>\n",
+)
+
+
+@pytest.mark.parametrize("reference", [True, False], ids=["reference", "no-reference"])
+@pytest.mark.parametrize("good", XML_GOOD, ids=["one-line", "multi-line"])
+@pytest.mark.parametrize("name", sorted(FORMAT_REWARDS))
+def test_format_rewards_are_not_judged_as_outcome_rewards(name: str, good: str, reference: bool) -> None:
+    # The real pair: the group's best completion is in the format, the worst is not. Filler before it breaks a
+    # start-anchored pattern: that is the format, not a prefix read (main called soft_format reads_prefix).
+    pairs = [Pair("real", good, "I think it is 5")]
+    if reference:
+        pairs += [Pair("reference", "5", "7"), Pair("reference-stated", "The answer is 5.", "The answer is 7.")]
+    variants = plan(
+        pairs, thinks=False, markup=THINK, prompt_text="What is 2+3?", reference="5" if reference else None,
+        other_answer="7" if reference else None, longest=2000,
+    )  # fmt: skip
+    score = FORMAT_REWARDS[name]
+    real = [score(good), score("I think it is 5")]
+    assert judge(variants, [score(v.text) for v in variants], real_best=max(real), real_worst=min(real)) == []
+
+
+def test_an_outcome_judge_without_a_reference_is_still_probed_on_the_real_pair() -> None:
+    variants = plan([Pair("real", "42", "17")], thinks=True, markup=THINK, longest=2000, real_has_block=True)
+    findings = judge(variants, [SCORERS["slice 64"](v.text) for v in variants], real_best=1.0, real_worst=0.0)
+    assert PREFIX in {f.probe for f in findings}

@@ -22,7 +22,8 @@ against another row's when the dataset has a reference column. Three questions:
   weighted total across the run's functions also reaches the best real total, is reward the policy can earn
   without doing the task. The prompt echoed is tried only where the prompt does not hold the answer itself.
 
-One row proves nothing: a verdict needs the finding
+A function whose score does not follow the answer (swapped right <-> wrong in the same shape) is a format or
+shaping reward: it is judged for degenerate completions only. One row proves nothing: a verdict needs the finding
 on at least ``QUORUM`` rows, most of the rows it was tried on, from more than one group where there are several
 (:func:`quorum`); :func:`encode` packs one function's verdict on a row into the bits that cross ranks.
 """
@@ -57,6 +58,7 @@ HACKS: tuple[str, ...] = (
     "another prompt's answer",
     REFERENCE_ALONE,
 )
+DIGITS = "0123456789"
 QUORUM = 3  # a verdict needs the finding on at least this many rows, and on most of the rows it was tried on
 
 
@@ -135,6 +137,13 @@ def answer_in(needle: str, haystack: str) -> bool:
     return bool(needle) and needle in haystack.lower()
 
 
+def swapped(text: str) -> str | None:
+    """``text`` with every digit moved by one (a wrong answer in the same format), None when it has no digit."""
+    if not any(c in DIGITS for c in text):
+        return None
+    return "".join(DIGITS[(DIGITS.index(c) + 1) % 10] if c in DIGITS else c for c in text)
+
+
 def filler(chars: int) -> str:
     """Neutral text of exactly ``chars`` characters."""
     return (FILLER * (chars // len(FILLER) + 1))[:chars]
@@ -197,11 +206,16 @@ def plan(
     for pair in pairs:
         out.append(Variant(PREFIX, f"{pair.name}:good@0", shaped("", pair.good)))
         out.append(Variant(PREFIX, f"{pair.name}:bad@0", shaped("", pair.bad)))
-        for k in cuts:
+        real = not pair.name.startswith("reference")
+        if real and swapped(pair.good) is not None:  # same format, another answer: does the function read it?
+            out.append(Variant(PREFIX, f"{pair.name}:swap@0", shaped("", swapped(pair.good) or "")))
+        # Text before a real completion changes its format (a pattern anchored at its start, a tag count); only
+        # inside the think block does the prefix keep it. The reference pairs are bare answers: any place is fine.
+        for k in cuts if block or not real else ():
             out.append(Variant(PREFIX, f"{pair.name}:good@{k}", shaped(filler(k), pair.good)))
             out.append(Variant(PREFIX, f"{pair.name}:bad@{k}", shaped(filler(k), pair.bad)))
-        if cuts:  # the answer first, then as much text after it: a slice still sees it, a whole-text match does not
-            tail = "\n\n" + filler(cuts[-1])
+        if cuts and (block or not real):  # the answer, then as much text after it: a slice still sees it, a
+            tail = "\n\n" + filler(cuts[-1])  # whole-text match does not
             out.append(Variant(PREFIX, f"{pair.name}:good@tail", shaped("", pair.good) + tail))
             out.append(Variant(PREFIX, f"{pair.name}:bad@tail", shaped("", pair.bad) + tail))
         if block and pair.good.strip():
@@ -261,9 +275,22 @@ def assess(
     think block; only then is the bare answer judged (a run that rewards no format does not ask for the block).
     ``strict``: the run's total does not tell a right answer from a wrong one on this row (nobody in the group is
     right yet and there is no reference), so only a variant that earns strictly more than the best is flagged.
+
+    A function that does not read the answer (the reference pairs' answers swapped in the same shape score alike,
+    or, with no reference, the real best answer with its digits changed) is a format or shaping reward: the real
+    pair, whose two sides differ in format too, says nothing about where it reads; it is judged for hacks only.
     """
     by_label = {v.label: s for v, s in zip(variants, scores, strict=True)}
     pairs = list(dict.fromkeys(v.label.split(":")[0] for v in variants if v.probe == PREFIX))
+    references = [p for p in pairs if p.startswith("reference")]
+    if references:
+        reads_answer = any(abs(_gap(by_label, p, 0) or 0.0) > EPS for p in references)
+    else:
+        reads_answer = all(
+            abs((by_label.get(f"{p}:good@0") or 0.0) - (by_label.get(f"{p}:swap@0") or 0.0)) > EPS
+            for p in pairs
+            if f"{p}:swap@0" in by_label and by_label[f"{p}:swap@0"] is not None
+        )
     out: list[ProbeFinding] = []
     tried: set[str] = set()
     best = real_best
@@ -277,6 +304,8 @@ def assess(
         if pair.startswith("reference"):
             best = good0 if best is None else max(best, good0)
             worst = bad0 if worst is None else min(worst, bad0)
+        elif not reads_answer:
+            continue  # a format reward told the real pair apart by its format
         if check_prefix and f"{pair}:good@tail" in by_label:
             tried.add(PREFIX)
             if not any(f.probe == PREFIX for f in out):
@@ -384,4 +413,5 @@ __all__ = [
     "plan",
     "quorum",
     "split",
+    "swapped",
 ]
