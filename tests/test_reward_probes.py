@@ -55,12 +55,12 @@ def pays_prompt_words(completions: list[Any], prompts: list[Any], answer: list[s
     return out
 
 
-def _run(make_grpo_trainer: Any, reward_funcs: list[Any], data: Any, **config: Any) -> Any:
+def _run(make_grpo_trainer: Any, reward_funcs: list[Any], data: Any, steps: int = 1, **config: Any) -> Any:
     trainer = make_grpo_trainer(
         reward_funcs=reward_funcs,
         train_dataset=data,
         max_completion_length=48,
-        max_steps=1,
+        max_steps=steps,
         generation_kwargs={"min_new_tokens": 48},  # completions long enough for a text[:64] to matter
     )
     run = rl_guards.install(trainer, {"probes": {"mode": "log", **config}}, guards=[RewardProbeGuard])
@@ -132,15 +132,16 @@ def test_example_rewards_are_silent(make_grpo_trainer: Any) -> None:
     assert _kinds(run) == set(), run.summary()
 
 
-@pytest.mark.parametrize(("budget", "expected"), [(1.0, 2), (0.02, 1)])
+@pytest.mark.parametrize(("budget", "expected"), [(1.0, 3), (0.02, 1)])
 def test_probes_follow_the_schedule_within_the_budget(make_grpo_trainer: Any, budget: float, expected: int) -> None:
-    trainer = make_grpo_trainer(reward_funcs=[arith_correct, echo_match], train_dataset=PLAIN, max_steps=5)
+    data = make_dataset(tasks=("arith",), thinking=False)  # one task: no first probe of a new task later
+    trainer = make_grpo_trainer(reward_funcs=[arith_correct, echo_match], train_dataset=data, max_steps=5)
     config = {"probes": {"mode": "log", "every_steps": 2, "budget": budget, "rows": 1}}
     run = rl_guards.install(trainer, config, guards=[RewardProbeGuard])
     trainer.train()
     guard = run.guard("probes")
-    # one row per task: the free first probe at step 0; at budget 1.0 the second at step 2 (its 64 calls, twice
-    # over, exceed the run's 80 by step 4); at 2 % no second one within 5 steps
+    # one task, one row: 32 calls a probe; the free first probe at step 0; at budget 1.0 one every 2 steps (steps 2
+    # and 4: 64 extra calls, within the run's 80); at 2 % no second one within 5 steps
     assert guard.probes_run == expected
     assert guard.extra_calls <= budget * guard.run_calls
     assert guard.run_calls == 5 * 8 * 2  # 5 batches x 8 rows x 2 functions
@@ -280,3 +281,56 @@ def test_the_copied_xml_format_rewards_are_silent(make_grpo_trainer: Any) -> Non
     run = _run(make_grpo_trainer, XML_REWARDS, data)
     assert run.guard("probes").probes_run == 1
     assert _kinds(run) == set(), run.summary()
+
+
+# ----- issue 21: every reward function on every task, any number of them -------------------------------------
+
+
+def _make_exact(name: str) -> Any:
+    def exact(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+        return [float(final_answer(completion_text(c)).strip() == a) for c, a in zip(completions, answer, strict=True)]
+
+    exact.__name__ = name
+    return exact
+
+
+@pytest.mark.parametrize("planted", [True, False], ids=["planted", "clean"])
+def test_a_twentieth_reward_function_is_probed(make_grpo_trainer: Any, planted: bool) -> None:
+    # Issue 21 item 7: past the 17th function the verdict bits of one float ran out and it was silently skipped.
+    funcs = [_make_exact(f"exact_{i:02d}") for i in range(19)] + [sliced_judge if planted else _make_exact("last")]
+    run = _run(make_grpo_trainer, funcs, PLAIN)
+    assert _kinds(run) == ({"reads_prefix:sliced_judge"} if planted else set()), run.summary()
+    assert len(run.guard("probes").coverage["functions"]) == 20
+
+
+def echo_judge_first_chars(completions: list[Any], answer: list[str], task: list[str], **kwargs: Any) -> list[Any]:
+    """Planted: the echo task's judge reads text[:20] and returns None on other tasks' rows."""
+    return [
+        None if t != "echo" else float(a.lower() in completion_text(c)[:20].lower().split())
+        for c, a, t in zip(completions, answer, task, strict=True)
+    ]
+
+
+def echo_judge(completions: list[Any], answer: list[str], task: list[str], **kwargs: Any) -> list[Any]:
+    """Clean twin: the final answer, whole."""
+    return [
+        None if t != "echo" else float(final_answer(completion_text(c)).strip().lower() == a.lower())
+        for c, a, t in zip(completions, answer, task, strict=True)
+    ]
+
+
+def arith_only(completions: list[Any], answer: list[str], task: list[str], **kwargs: Any) -> list[Any]:
+    return arith_correct(completions, answer, task)
+
+
+@pytest.mark.parametrize("planted", [True, False], ids=["planted", "clean"])
+def test_a_task_gated_function_is_probed_on_its_own_task(make_grpo_trainer: Any, planted: bool) -> None:
+    # Issue 21 item 1: each probe took the best row of one group per rank, so another task's judge never saw one.
+    judge = echo_judge_first_chars if planted else echo_judge
+    run = _run(make_grpo_trainer, [arith_only, judge], PLAIN, steps=3)  # the first batch holds arith rows only
+    assert _kinds(run) == ({"reads_prefix:echo_judge_first_chars"} if planted else set()), run.summary()
+    coverage = run.guard("probes").coverage["functions"]
+    assert set(coverage[judge.__name__]["rows"]) == {"echo"} and coverage[judge.__name__]["not_its_task"] == ["arith"]
+    assert set(coverage["arith_only"]["rows"]) == {"arith"}
+    text = run.guard("probes").coverage_text()
+    assert f"{judge.__name__}: echo " in text and "None on arith (not its task)" in text

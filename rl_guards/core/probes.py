@@ -59,6 +59,8 @@ HACKS: tuple[str, ...] = (
     REFERENCE_ALONE,
 )
 DIGITS = "0123456789"
+SCORED = "scored"  # a row's mask: the function scored the variants (not None for all of them: its task)
+RAISED = "raised"  # a row's mask: the function raised on the variants
 QUORUM = 3  # a verdict needs the finding on at least this many rows, and on most of the rows it was tried on
 
 
@@ -101,13 +103,16 @@ class Assessment:
 
 def _bits(key: str) -> tuple[int, int]:
     """(tried bit, found bit) of a probe (PREFIX, THINKING) or a hack variant label in a row's mask."""
-    index = (PREFIX, THINKING, *HACKS).index(key)
+    index = (SCORED, RAISED, PREFIX, THINKING, *HACKS).index(key)
     return 1 << (2 * index), 1 << (2 * index + 1)
 
 
-def encode(assessment: Assessment) -> int:
-    """One function's verdict on one row as a bit mask (exact in a float64: 2 bits per key, under 52 bits)."""
-    mask = 0
+def encode(assessment: Assessment | None, *, raised: bool = False) -> int:
+    """One function's verdict on one row as a bit mask (exact in a float64: 2 bits per key, under 52 bits);
+    None: it scored none of the variants (another task's function), ``raised``: it raised on them."""
+    if assessment is None:
+        return _bits(RAISED)[0] if raised else 0
+    mask = _bits(SCORED)[0]
     for key in assessment.tried:
         mask |= _bits(key)[0]
     for finding in assessment.findings:
@@ -116,7 +121,8 @@ def encode(assessment: Assessment) -> int:
 
 
 def decode(mask: int, key: str) -> tuple[bool, bool]:
-    """(tried, found) of ``key`` (PREFIX, THINKING or a hack label) in a mask from :func:`encode`."""
+    """(tried, found) of ``key`` (PREFIX, THINKING or a hack label) in a mask from :func:`encode`; for SCORED and
+    RAISED the first says whether the function scored (raised on) the row's variants."""
     tried, found = _bits(key)
     return bool(mask & tried), bool(mask & found)
 
@@ -397,7 +403,9 @@ __all__ = [
     "PROBES",
     "PROMPT_ECHOED",
     "QUORUM",
+    "RAISED",
     "REFERENCE_ALONE",
+    "SCORED",
     "THINKING",
     "Assessment",
     "Pair",

@@ -17,7 +17,9 @@ from rl_guards.core.probes import (
     HACKABLE,
     HACKS,
     PREFIX,
+    RAISED,
     REFERENCE_ALONE,
+    SCORED,
     THINKING,
     Pair,
     assess,
@@ -84,6 +86,8 @@ class RewardProbeGuard(Guard):
     Violations (default mode warn, :class:`~rl_guards.errors.RewardProbeError`), one kind per function:
     ``reads_prefix:<fn>``, ``reads_thinking:<fn>`` (not for ``probes.process_rewards``), ``hackable:<fn>``; each
     names the function, the variant and its score, on how many rows of how many, and a row's prompt.
+    :meth:`coverage_text` says what the last probe covered: each function's rows per task, the tasks it returned
+    None on (not its task) or raised on, the functions never probed and why.
 
     ======================================  ==================================================================
     key                                     value
@@ -109,6 +113,9 @@ class RewardProbeGuard(Guard):
         self.first_calls = 0.0
         self.run_calls = 0.0  # reward calls the trainer made for train batches, all ranks
         self.last_cost = 0.0
+        self.coverage: dict[str, Any] = {}  # what the probes covered so far: see coverage_text()
+        self.tasks_probed: set[str] = set()  # tasks whose rows were probed at least once (on this rank)
+        self._regular = False  # this batch's probe is a scheduled one (not the first probe of a new task)
 
     def setup(self, ctx: Any) -> None:
         super().setup(ctx)
@@ -116,6 +123,19 @@ class RewardProbeGuard(Guard):
         self.FEATURES = (*type(self).FEATURES, *(f"fn{i}" for i in range(len(ctx.reward_funcs))))  # type: ignore[misc]
 
     # ----- which functions, when --------------------------------------------------------------------------
+    def not_probed(self) -> dict[str, str]:
+        """Reward functions never probed, and why."""
+        names = self.ctx.reward_func_names or [
+            getattr(f, "__name__", str(i)) for i, f in enumerate(self.ctx.reward_funcs)
+        ]
+        out = {}
+        for name, fn in zip(names, self.ctx.reward_funcs, strict=False):
+            if name in self.config.skip:
+                out[name] = "listed in probes.skip"
+            elif _is_model(fn) or not callable(fn):
+                out[name] = "a reward model"
+        return out
+
     def functions(self) -> list[tuple[int, str, Any]]:
         """(index, name, function) of the reward functions probed."""
         names = self.ctx.reward_func_names or [
@@ -163,10 +183,19 @@ class RewardProbeGuard(Guard):
         calls = 0
         self._details = {}
         self._cache = {}
-        if held and self.due(batch):
-            for row in self._rows_to_probe(batch, held):
+        self._regular = bool(held) and self.due(batch)
+        rows: list[int] = []
+        if self._regular:
+            rows = self._rows_to_probe(batch, held)
+        elif held and batch.mode == "train" and self.functions():
+            # a task the probes have not seen yet gets its first probe (counted with the first, outside the budget)
+            new = [r for r in held if str(batch.tasks[r]) not in self.tasks_probed]
+            rows = self._rows_to_probe(batch, new) if new else []
+        if rows:
+            for row in rows:
                 masks[row], made = self._probe_row(batch, row, held)
                 calls += made
+                self.tasks_probed.add(str(batch.tasks[row]))
             drain_watched()  # texts a watch_inputs judge saw during the probe are not the run's
             self._cache = {}
         first = [1.0] + [0.0] * (len(held) - 1) if held else []
@@ -186,16 +215,18 @@ class RewardProbeGuard(Guard):
             self.run_calls += len(batch) * len(batch.reward_names)
         if calls <= 0:
             return
-        if self.probes_run == 0:
-            self.first_calls = calls
+        if self.probes_run == 0 or not self._regular:
+            self.first_calls += calls
         else:
             self.extra_calls += calls
+        if self._regular:
+            self.last_step = batch.step
+            self.last_cost = calls
         self.probes_run += 1
-        self.last_step = batch.step
-        self.last_cost = calls
         report.metric("probed_rows", float(sum(1 for v in feats["probed"] if v)))
         report.metric("extra_call_share", (self.extra_calls + self.first_calls) / max(self.run_calls, 1.0))
         group_of = {r: batch.group_of(r) for r in range(len(batch))}
+        self._cover(batch, feats)
         total = 0
         for index, fname in enumerate(batch.reward_names):
             masks = [int(v) for v in feats.get(f"fn{index}", [])]
@@ -216,6 +247,56 @@ class RewardProbeGuard(Guard):
                     rows=[found[0]],
                 )
         report.metric("findings", float(total))
+
+    def _cover(self, batch: RolloutBatch, feats: dict[str, list[float]]) -> None:
+        """Add this probe to ``coverage``: per function, rows scored per task (the latest probe of the task), tasks
+        where it raised on the variants, tasks it returned None on (not its task)."""
+        probed = [r for r, v in enumerate(feats["probed"]) if v]
+        here: dict[str, list[int]] = {}
+        for r in probed:
+            here.setdefault(str(batch.tasks[r]), []).append(r)
+        cov = self.coverage or {"steps": [], "tasks": {}, "functions": {}}
+        cov["steps"].append(batch.step)
+        cov["tasks"].update({task: len(rows) for task, rows in here.items()})
+        skipped = self.not_probed()
+        for index, fname in enumerate(batch.reward_names):
+            if fname in skipped:
+                cov["functions"][fname] = {"not_probed": skipped[fname]}
+                continue
+            masks = [int(v) for v in feats.get(f"fn{index}", [0.0] * len(batch))]
+            entry = cov["functions"].setdefault(fname, {"rows": {}, "raised": [], "not_its_task": []})
+            for task, rows in sorted(here.items()):
+                entry["rows"].pop(task, None)  # the latest probe of the task says it
+                entry["raised"] = [t for t in entry["raised"] if t != task]
+                entry["not_its_task"] = [t for t in entry["not_its_task"] if t != task]
+                scored = sum(decode(masks[r], SCORED)[0] for r in rows)
+                if scored:
+                    entry["rows"][task] = scored
+                elif any(decode(masks[r], RAISED)[0] for r in rows):
+                    entry["raised"].append(task)
+                else:
+                    entry["not_its_task"].append(task)
+        self.coverage = cov
+
+    def coverage_text(self) -> str:
+        """What the last probe covered (functions x tasks x rows) and what it could not, and why."""
+        cov = self.coverage
+        if not cov:
+            return "probes: nothing probed yet"
+        tasks = ", ".join(f"{t or '(no task)'} {n}" for t, n in sorted(cov["tasks"].items()))
+        steps = ", ".join(str(step) for step in cov["steps"])
+        lines = [f"probes at step(s) {steps}: rows per task {tasks}"]
+        for fname, entry in cov["functions"].items():
+            if "not_probed" in entry:
+                lines.append(f"  {fname}: not probed ({entry['not_probed']})")
+                continue
+            parts = [f"{t or '(no task)'} {n} rows" for t, n in sorted(entry["rows"].items())]
+            if entry["raised"]:
+                parts.append(f"raised on the variants of {', '.join(entry['raised'])} (not judged there)")
+            if entry["not_its_task"]:
+                parts.append(f"None on {', '.join(entry['not_its_task'])} (not its task)")
+            lines.append(f"  {fname}: " + "; ".join(parts or ["no rows"]))
+        return "\n".join(lines)
 
     @staticmethod
     def _rows(masks: list[int], key: str) -> tuple[list[int], list[int]]:
@@ -286,6 +367,7 @@ class RewardProbeGuard(Guard):
             real_has_block=thinking is not None,
         )
         probed = {i: name for i, name, _ in self.functions()}
+        masks: dict[int, int] = {}
         scores: dict[int, list[float | None]] = {}
         made = 0
         for index, _name, fn in self.functions():
@@ -295,6 +377,7 @@ class RewardProbeGuard(Guard):
             try:
                 fresh = self._score(fn, todo, prompts[local], completions[local], columns, state) if todo else []
             except Exception:  # the function cannot score a variant: not probed this time, never the run's problem
+                masks[index] = encode(None, raised=True)
                 continue
             cache.update(zip(todo, fresh, strict=True))
             scores[index] = [cache[v.text] for v in variants]
@@ -330,7 +413,6 @@ class RewardProbeGuard(Guard):
                 for s in scores.values()
             )
         )
-        masks: dict[int, int] = {}
         details: list[dict[str, str]] = []
         for index, name in probed.items():
             if index not in scores or all(v is None for v in scores[index]):
@@ -416,6 +498,7 @@ class RewardProbeGuard(Guard):
             "first_calls": self.first_calls,
             "run_calls": self.run_calls,
             "last_cost": self.last_cost,
+            "tasks_probed": sorted(self.tasks_probed),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
