@@ -285,7 +285,7 @@ class ProbesConfig(GuardConfig):
     budget: float = 0.02  # extra reward calls at most this share of the run's reward calls so far (first probe aside)
     skip: list[str] = field(default_factory=list)  # reward functions never probed (expensive judges); models never are
     process_rewards: list[str] = field(default_factory=list)  # functions meant to read the thinking (not flagged)
-    prefix_ok: list[str] = field(default_factory=list)  # functions meant to read only a prefix (not flagged)
+    prefix_ok: list[str] = field(default_factory=list)  # functions meant to read only the start or end (not flagged)
 
     def validate(self, prefix: str) -> None:
         super().validate(prefix)

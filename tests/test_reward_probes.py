@@ -132,17 +132,19 @@ def test_example_rewards_are_silent(make_grpo_trainer: Any) -> None:
     assert _kinds(run) == set(), run.summary()
 
 
-@pytest.mark.parametrize(("budget", "expected"), [(1.0, 3), (0.02, 1)])
-def test_probes_follow_the_schedule_within_the_budget(make_grpo_trainer: Any, budget: float, expected: int) -> None:
+@pytest.mark.parametrize(("budget", "expected"), [(1.0, (2, 3)), (0.02, (1,))])
+def test_probes_follow_the_schedule_within_the_budget(
+    make_grpo_trainer: Any, budget: float, expected: tuple[int, ...]
+) -> None:
     data = make_dataset(tasks=("arith",), thinking=False)  # one task: no first probe of a new task later
     trainer = make_grpo_trainer(reward_funcs=[arith_correct, echo_match], train_dataset=data, max_steps=5)
     config = {"probes": {"mode": "log", "every_steps": 2, "budget": budget, "rows": 1}}
     run = rl_guards.install(trainer, config, guards=[RewardProbeGuard])
     trainer.train()
     guard = run.guard("probes")
-    # one task, one row: 32 calls a probe; the free first probe at step 0; at budget 1.0 one every 2 steps (steps 2
-    # and 4: 64 extra calls, within the run's 80); at 2 % no second one within 5 steps
-    assert guard.probes_run == expected
+    # one task, one row: the free first probe at step 0; at budget 1.0 one at step 2, and one at step 4 if its calls
+    # still fit in the run's 80; at 2 % no second one within 5 steps
+    assert guard.probes_run in expected
     assert guard.extra_calls <= budget * guard.run_calls
     assert guard.run_calls == 5 * 8 * 2  # 5 batches x 8 rows x 2 functions
     restored = RewardProbeGuard(run.config)
@@ -334,3 +336,30 @@ def test_a_task_gated_function_is_probed_on_its_own_task(make_grpo_trainer: Any,
     assert set(coverage["arith_only"]["rows"]) == {"arith"}
     text = run.guard("probes").coverage_text()
     assert f"{judge.__name__}: echo " in text and "None on arith (not its task)" in text
+
+
+def judge_first_72(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+    """Planted: a cut between the usual lengths (the README's text[:3000] in a run of longer completions)."""
+    return [float(a in c[0]["content"][:72].split()) for c, a in zip(completions, answer, strict=True)]
+
+
+def judge_last_30(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+    """Planted: only the end of the completion is read."""
+    return [float(a in c[0]["content"][-30:].split()) for c, a in zip(completions, answer, strict=True)]
+
+
+def judge_whole_words(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+    """Clean twin: the answer among the final answer's words, wherever it is."""
+    return [float(a in final_answer(completion_text(c)).split()) for c, a in zip(completions, answer, strict=True)]
+
+
+@pytest.mark.parametrize(
+    ("judge", "kind"),
+    [(judge_first_72, "reads_prefix:judge_first_72"), (judge_last_30, "reads_suffix:judge_last_30"),
+     (judge_whole_words, None)],
+    ids=["text[:72]", "text[-30:]", "clean"],
+)  # fmt: skip
+def test_a_cut_at_any_length_is_found(make_grpo_trainer: Any, judge: Any, kind: str | None) -> None:
+    # Issue 21 item 2: cuts were tried at 20, 64, 256, ... only; a cut between them, or at the end, was missed.
+    run = _run(make_grpo_trainer, [judge, arith_correct], PLAIN)
+    assert _kinds(run) == ({kind} if kind else set()), run.summary()

@@ -13,6 +13,7 @@ from rl_guards.core.probes import (
     PREFIX,
     PROMPT_ECHOED,
     REFERENCE_ALONE,
+    SUFFIX,
     THINKING,
     Assessment,
     Pair,
@@ -42,10 +43,20 @@ SCORERS: dict[str, Score] = {
     "slice 20": lambda t: float(re.search(r"\b42\b", t[:20]) is not None),
     "length": lambda t: len(t) / 100,
     "format only": lambda t: float(t.lstrip().startswith("<think>")),
+    # issue 21 item 2: a part of the text, wherever the cut is
+    "slice 3000": lambda t: float(re.search(r"\b42\b", t[:3000]) is not None),
+    "last 64": lambda t: float(re.search(r"\b42\b", t[-64:]) is not None),
+    "last 300": lambda t: float(re.search(r"\b42\b", t[-300:]) is not None),
+    "first line": lambda t: float(re.search(r"\b42\b", t.strip().split("\n")[0]) is not None),
+    "first paragraph": lambda t: float(re.search(r"\b42\b", t.split("\n\n")[0]) is not None),
+    "window search": lambda t: float(re.search(r"\b42\b", t[:200]) is not None),
+    "answer's last 64": lambda t: float(re.search(r"\b42\b", _answer(t)[-64:]) is not None),
+    "last number": lambda t: float((re.findall(r"-?\d+", _answer(t)) or [""])[-1] == "42"),
+    "last line exact": lambda t: float(_answer(t).strip().split("\n")[-1].strip() == "42"),
 }
 
 
-def _verdicts(name: str, *, thinks: bool, real: tuple[float, float] | None = None) -> set[str]:
+def _verdicts(name: str, *, thinks: bool, real: tuple[float, float] | None = None, longest: int = 2000) -> set[str]:
     pairs = [Pair("reference", "42", "17")]
     variants = plan(
         pairs,
@@ -55,7 +66,7 @@ def _verdicts(name: str, *, thinks: bool, real: tuple[float, float] | None = Non
         prompt_text="What is 40+2?",
         reference="42",
         other_answer="17",
-        longest=2000,
+        longest=longest,
         real_has_block=thinks,
     )
     scores = [SCORERS[name](v.text) for v in variants]
@@ -74,10 +85,29 @@ def _verdicts(name: str, *, thinks: bool, real: tuple[float, float] | None = Non
         ("slice 20", False, {PREFIX}),
         ("length", False, {HACKABLE}),  # a repeated line pays more than any answer
         ("format only", True, set()),  # never tells the answers apart: not judged as an outcome reward
+        ("slice 3000", False, set()),  # completions of at most 2000 characters: the cut cannot matter in this run
+        ("window search", False, {PREFIX}),
+        ("window search", True, {PREFIX, THINKING}),  # its window holds the think block too
+        ("first line", False, {PREFIX}),
+        ("first paragraph", False, {PREFIX}),
+        ("last 64", False, {SUFFIX}),
+        ("last 300", False, {SUFFIX}),
+        ("last 300", True, {SUFFIX, THINKING}),
+        ("answer's last 64", True, {SUFFIX}),
+        ("last number", False, set()),
+        ("last number", True, set()),
+        ("last line exact", False, set()),  # a whole-answer compare: text after it is a wrong answer
     ],
 )
 def test_verdicts(scorer: str, thinks: bool, expected: set[str]) -> None:
     assert _verdicts(scorer, thinks=thinks, real=(0.2, 0.1) if scorer == "length" else None) == expected
+
+
+def test_a_cut_anywhere_below_the_longest_completion_is_found() -> None:
+    # the README's own text[:3000], in a run whose completions reach 3500 characters (no usual cut between)
+    assert _verdicts("slice 3000", thinks=False, longest=3500) == {PREFIX}
+    assert _verdicts("slice 3000", thinks=True, longest=3500) == {PREFIX, THINKING}
+    assert _verdicts("final contains", thinks=True, longest=3500) == set()
 
 
 def test_prefix_finding_names_the_cut() -> None:

@@ -37,9 +37,10 @@ from typing import Any
 from rl_guards.core.think_markup import ThinkMarkup, scan
 
 PREFIX = "prefix"
+SUFFIX = "suffix"
 THINKING = "thinking"
 HACKABLE = "hackable"
-PROBES: tuple[str, ...] = (PREFIX, THINKING, HACKABLE)
+PROBES: tuple[str, ...] = (PREFIX, SUFFIX, THINKING, HACKABLE)
 
 PREFIX_CUTS: tuple[int, ...] = (20, 64, 256, 1024, 4096)  # characters of neutral text before the answer
 FILLER = "Let me look at each part of the question carefully before I answer. "  # no digits, no tags
@@ -103,7 +104,7 @@ class Assessment:
 
 def _bits(key: str) -> tuple[int, int]:
     """(tried bit, found bit) of a probe (PREFIX, THINKING) or a hack variant label in a row's mask."""
-    index = (SCORED, RAISED, PREFIX, THINKING, *HACKS).index(key)
+    index = (SCORED, RAISED, PREFIX, SUFFIX, THINKING, *HACKS).index(key)
     return 1 << (2 * index), 1 << (2 * index + 1)
 
 
@@ -207,7 +208,8 @@ def plan(
             return compose(prefix or NEUTRAL_LINE, answer, markup, prompt_opened)
         return f"{prefix}\n\n{answer}" if prefix else answer
 
-    cuts = [k for k in PREFIX_CUTS if k <= max(longest, PREFIX_CUTS[0])]
+    # any cut that can matter in this run: the usual lengths below the longest completion, and the longest itself
+    cuts = sorted({k for k in PREFIX_CUTS if k < longest} | {max(longest, PREFIX_CUTS[0])})
     out: list[Variant] = []
     for pair in pairs:
         out.append(Variant(PREFIX, f"{pair.name}:good@0", shaped("", pair.good)))
@@ -220,10 +222,12 @@ def plan(
         for k in cuts if block or not real else ():
             out.append(Variant(PREFIX, f"{pair.name}:good@{k}", shaped(filler(k), pair.good)))
             out.append(Variant(PREFIX, f"{pair.name}:bad@{k}", shaped(filler(k), pair.bad)))
-        if cuts and (block or not real):  # the answer, then as much text after it: a slice still sees it, a
-            tail = "\n\n" + filler(cuts[-1])  # whole-text match does not
-            out.append(Variant(PREFIX, f"{pair.name}:good@tail", shaped("", pair.good) + tail))
-            out.append(Variant(PREFIX, f"{pair.name}:bad@tail", shaped("", pair.bad) + tail))
+        # the answer, then text after it: a prefix slice still sees it at any length, a whole-text match at none,
+        # a suffix slice (text[-k:]) only while the text after it is shorter than k
+        for k in cuts if block or not real else ():
+            label = "tail" if k == cuts[-1] else f"t{k}"
+            out.append(Variant(PREFIX, f"{pair.name}:good@{label}", shaped("", pair.good) + "\n\n" + filler(k)))
+            out.append(Variant(PREFIX, f"{pair.name}:bad@{label}", shaped("", pair.bad) + "\n\n" + filler(k)))
         if block and pair.good.strip():
             leak = f"{filler(64)}So the answer is {pair.good}."
             out.append(Variant(THINKING, f"{pair.name}:leak", compose(leak, pair.bad, markup, prompt_opened)))
@@ -314,10 +318,12 @@ def assess(
             continue  # a format reward told the real pair apart by its format
         if check_prefix and f"{pair}:good@tail" in by_label:
             tried.add(PREFIX)
-            if not any(f.probe == PREFIX for f in out):
-                finding = _prefix_finding(by_label, pair, gap0, good0, bad0)
-                if finding is not None:
-                    out.append(finding)
+            tried.add(SUFFIX)
+            for probe, find in ((PREFIX, _prefix_finding), (SUFFIX, _suffix_finding)):
+                if not any(f.probe == probe for f in out):
+                    finding = find(by_label, pair, gap0, good0, bad0)
+                    if finding is not None:
+                        out.append(finding)
         leak, neutral = by_label.get(f"{pair}:leak"), by_label.get(f"{pair}:neutral")
         if _length_driven(by_label, pair, gap0, good0):
             continue  # its score follows the text's length (a length term): leak and neutral differ in tokens
@@ -376,7 +382,9 @@ def _prefix_finding(
     if tail is None or abs(tail) < TOLD * abs(gap0):
         return None  # text after the answer changes the verdict too: it compares the whole text, not a prefix
     cuts = sorted(
-        int(label.split("@")[1]) for label in by_label if label.startswith(f"{pair}:good@") and label[-1].isdigit()
+        int(label.split("@")[1])
+        for label in by_label
+        if label.startswith(f"{pair}:good@") and label.split("@")[1].isdigit()
     )
     cuts = [k for k in cuts if k > 0 and _gap(by_label, pair, k) is not None]
     told = {k: abs(_gap(by_label, pair, k) or 0.0) >= TOLD * abs(gap0) for k in cuts}
@@ -388,7 +396,38 @@ def _prefix_finding(
         PREFIX,
         f"tells the right answer ({good0:g}) from a wrong one ({bad0:g}) when the answer comes first, but not once "
         f"{blind[0]} characters come before it: it reads only the first {seen}-{blind[0]} characters (a text[:N] "
-        "before scoring, or a pattern anchored at the start)",
+        "before scoring, only the first line or paragraph, or a pattern anchored at the start)",
+    )
+
+
+def _suffix_finding(
+    by_label: Mapping[str, float | None], pair: str, gap0: float, good0: float, bad0: float
+) -> ProbeFinding | None:
+    """Told apart with a little text after the answer, not with more (and with any text before it): ``text[-k:]``."""
+    tails = sorted(
+        int(label.split("@t")[1])
+        for label in by_label
+        if label.startswith(f"{pair}:good@t") and label.split("@t")[1].isdigit()
+    )
+    if not tails or _gap(by_label, pair, "tail") is None:
+        return None
+    cuts = [
+        int(label.split("@")[1])
+        for label in by_label
+        if label.startswith(f"{pair}:good@") and label.split("@")[1].isdigit() and label.split("@")[1] != "0"
+    ]
+    if any(abs(_gap(by_label, pair, k) or 0.0) < TOLD * abs(gap0) for k in cuts):
+        return None  # text before the answer matters too: not a read of the end only
+    lengths = [*tails, max(cuts, default=tails[-1] + 1)]  # the longest tail is labelled "tail"
+    told = [abs(_gap(by_label, pair, f"t{k}" if k in tails else "tail") or 0.0) >= TOLD * abs(gap0) for k in lengths]
+    if not told[0] or all(told) or any(told[i] for i in range(told.index(False), len(told))):
+        return None  # a whole-text match (blind at once), or it reads the answer wherever it is
+    blind = lengths[told.index(False)]
+    seen = max(k for k, t in zip(lengths, told, strict=True) if t)
+    return ProbeFinding(
+        SUFFIX,
+        f"tells the right answer ({good0:g}) from a wrong one ({bad0:g}) with {seen} characters after it, but not "
+        f"with {blind}: it reads only the last {seen}-{blind} characters (a text[-N:] before scoring)",
     )
 
 
@@ -406,6 +445,7 @@ __all__ = [
     "RAISED",
     "REFERENCE_ALONE",
     "SCORED",
+    "SUFFIX",
     "THINKING",
     "Assessment",
     "Pair",

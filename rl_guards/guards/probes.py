@@ -20,6 +20,7 @@ from rl_guards.core.probes import (
     RAISED,
     REFERENCE_ALONE,
     SCORED,
+    SUFFIX,
     THINKING,
     Pair,
     assess,
@@ -35,10 +36,12 @@ from rl_guards.guards.think_tags import markup_from_config
 from rl_guards.rewards.slicing import drain_watched
 
 REFERENCE_COLUMNS: tuple[str, ...] = ("answer", "solution", "ground_truth", "reference", "target", "gold", "label")
-_KINDS = {PREFIX: "reads_prefix", THINKING: "reads_thinking", HACKABLE: "hackable"}
+_KINDS = {PREFIX: "reads_prefix", SUFFIX: "reads_suffix", THINKING: "reads_thinking", HACKABLE: "hackable"}
 _FIXES = {
     PREFIX: "Fix: remove the slice (or the start anchor) before scoring, or list the function in probes.prefix_ok "
     "if it is meant to read only the start.",
+    SUFFIX: "Fix: remove the slice of the end (text[-N:]) before scoring, or list the function in probes.prefix_ok "
+    "if it is meant to read only the end.",
     THINKING: "Fix: score the answer after the think block only (rl_guards.rewards.blind_judge does it for any "
     "judge), or list the function in probes.process_rewards if it is meant to grade the reasoning.",
     HACKABLE: "Fix: make the function check what it pays for (the expected format, the reference answer), or add a "
@@ -84,10 +87,10 @@ class RewardProbeGuard(Guard):
     rewards used for training are never touched; a function that raises on a variant is left out of that probe.
 
     Violations (default mode warn, :class:`~rl_guards.errors.RewardProbeError`), one kind per function:
-    ``reads_prefix:<fn>``, ``reads_thinking:<fn>`` (not for ``probes.process_rewards``), ``hackable:<fn>``; each
-    names the function, the variant and its score, on how many rows of how many, and a row's prompt.
-    :meth:`coverage_text` says what the last probe covered: each function's rows per task, the tasks it returned
-    None on (not its task) or raised on, the functions never probed and why.
+    ``reads_prefix:<fn>``, ``reads_suffix:<fn>`` (neither for ``probes.prefix_ok``), ``reads_thinking:<fn>`` (not
+    for ``probes.process_rewards``), ``hackable:<fn>``; each names the function, the variant and its score, on how
+    many rows of how many, and a row's prompt. :meth:`coverage_text` says what the probes covered: each function's
+    rows per task, the tasks it returned None on (not its task) or raised on, the functions never probed and why.
 
     ======================================  ==================================================================
     key                                     value
@@ -230,7 +233,7 @@ class RewardProbeGuard(Guard):
         total = 0
         for index, fname in enumerate(batch.reward_names):
             masks = [int(v) for v in feats.get(f"fn{index}", [])]
-            verdicts = [(probe, "", *self._rows(masks, probe)) for probe in (PREFIX, THINKING)]
+            verdicts = [(probe, "", *self._rows(masks, probe)) for probe in (PREFIX, SUFFIX, THINKING)]
             hacks = [(HACKABLE, label, *self._rows(masks, label)) for label in HACKS]
             hacks = [h for h in hacks if quorum(h[2], h[3], group_of)]
             verdicts += sorted(hacks, key=lambda h: -len(h[2]) / len(h[3]))[:1]  # the variant paid most often
