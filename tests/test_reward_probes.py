@@ -55,12 +55,15 @@ def pays_prompt_words(completions: list[Any], prompts: list[Any], answer: list[s
     return out
 
 
-def _run(make_grpo_trainer: Any, reward_funcs: list[Any], data: Any, steps: int = 1, **config: Any) -> Any:
+def _run(
+    make_grpo_trainer: Any, reward_funcs: list[Any], data: Any, steps: int = 1, trainer_args: Any = None, **config: Any
+) -> Any:
     trainer = make_grpo_trainer(
         reward_funcs=reward_funcs,
         train_dataset=data,
         max_completion_length=48,
         max_steps=steps,
+        **(trainer_args or {}),
         generation_kwargs={"min_new_tokens": 48},  # completions long enough for a text[:64] to matter
     )
     run = rl_guards.install(trainer, {"probes": {"mode": "log", **config}}, guards=[RewardProbeGuard])
@@ -137,16 +140,16 @@ def test_probes_follow_the_schedule_within_the_budget(
     make_grpo_trainer: Any, budget: float, expected: tuple[int, ...]
 ) -> None:
     data = make_dataset(tasks=("arith",), thinking=False)  # one task: no first probe of a new task later
-    trainer = make_grpo_trainer(reward_funcs=[arith_correct, echo_match], train_dataset=data, max_steps=5)
+    trainer = make_grpo_trainer(reward_funcs=[arith_correct, echo_match], train_dataset=data, max_steps=16)
     config = {"probes": {"mode": "log", "every_steps": 2, "budget": budget, "rows": 1}}
     run = rl_guards.install(trainer, config, guards=[RewardProbeGuard])
     trainer.train()
     guard = run.guard("probes")
-    # one task, one row: the free first probe at step 0; at budget 1.0 one at step 2, and one at step 4 if its calls
-    # still fit in the run's 80; at 2 % no second one within 5 steps
+    # one task, one row (~110 calls a probe, the run's 16 a step): the free first probe at step 0; at budget 1.0 a
+    # later one every time its calls fit (two within 16 steps); at 2 % none within 16 steps
     assert guard.probes_run in expected
     assert guard.extra_calls <= budget * guard.run_calls
-    assert guard.run_calls == 5 * 8 * 2  # 5 batches x 8 rows x 2 functions
+    assert guard.run_calls == 16 * 8 * 2  # 16 batches x 8 rows x 2 functions
     restored = RewardProbeGuard(run.config)
     restored.load_state_dict(guard.state_dict())
     assert restored.state_dict() == guard.state_dict()
@@ -270,6 +273,8 @@ XML_REWARDS = [xmlcount_reward_func, soft_format_reward_func, strict_format_rewa
 
 def test_the_copied_xml_format_rewards_are_silent(make_grpo_trainer: Any) -> None:
     # Issue 20 item 6 (the pure rules' regression test: test_format_rewards_are_not_judged_as_outcome_rewards).
+    # Non-thinking, as those scripts run: with think blocks, correctness_reward_func does read the thinking
+    # (extract_xml_answer takes the last <answer> anywhere; test_a_judge_that_reads_the_thinking_is_found).
     questions = [(a, b) for a in range(3) for b in range(3, 6)]
     data = Dataset.from_dict(
         {
@@ -280,7 +285,7 @@ def test_the_copied_xml_format_rewards_are_silent(make_grpo_trainer: Any) -> Non
             "answer": [str(a + b) for a, b in questions],
         }
     )
-    run = _run(make_grpo_trainer, XML_REWARDS, data)
+    run = _run(make_grpo_trainer, XML_REWARDS, data, trainer_args={"chat_template_kwargs": {"enable_thinking": False}})
     assert run.guard("probes").probes_run == 1
     assert _kinds(run) == set(), run.summary()
 
@@ -363,3 +368,70 @@ def test_a_cut_at_any_length_is_found(make_grpo_trainer: Any, judge: Any, kind: 
     # Issue 21 item 2: cuts were tried at 20, 64, 256, ... only; a cut between them, or at the end, was missed.
     run = _run(make_grpo_trainer, [judge, arith_correct], PLAIN)
     assert _kinds(run) == ({kind} if kind else set()), run.summary()
+
+
+# ----- issue 21 item 3: reading the thinking, with the answer forms people grade --------------------------------
+
+
+def _graded(forms: dict[str, Any], whole: bool) -> list[Any]:
+    """One judge per answer form; ``whole``: it reads the whole completion (planted), else the answer after the
+    thinking (the clean twin)."""
+    judges = []
+    for form, extract in forms.items():
+
+        def judge(completions: list[Any], answer: list[str], extract: Any = extract, **kwargs: Any) -> list[float]:
+            texts = [c[0]["content"] for c in completions]
+            texts = texts if whole else [t.split("</think>")[-1] for t in texts]
+            return [float(extract(t) == a) for t, a in zip(texts, answer, strict=True)]
+
+        judge.__name__ = f"{form}_{'whole' if whole else 'answer'}"
+        judges.append(judge)
+    return judges
+
+
+def _first(pattern: str) -> Any:
+    def extract(text: str) -> str | None:
+        match = re.search(pattern, text)
+        return match.group(1).strip() if match else None
+
+    return extract
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in re.sub(r"</?think>", "", text).strip().split("\n") if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+ANSWER_FORMS: dict[str, Any] = {
+    "bare": lambda t: (re.findall(r"\b\d+\b", t) or [None])[0],
+    "stated": _first(r"[Tt]he answer is\s*([^\s.]+)"),
+    "boxed": _first(r"\\boxed\{([^}]*)\}"),
+    "tagged": _first(r"<answer>\s*(.*?)\s*</answer>"),
+    "hash": _first(r"####\s*(-?\d+)"),
+    "last_line": _last_line,
+}
+ARITH_THINKING = make_dataset(tasks=("arith",), thinking=True)
+
+
+def thinking_only(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+    """Planted: grades only the thinking."""
+    return [
+        float(a in re.findall(r"\d+", c[0]["content"].split("</think>")[0]))
+        for c, a in zip(completions, answer, strict=True)
+    ]
+
+
+@pytest.mark.parametrize(
+    "judge",
+    [*_graded(ANSWER_FORMS, whole=True), thinking_only, correctness_reward_func],
+    ids=lambda f: f.__name__,
+)
+def test_a_judge_that_reads_the_thinking_is_found(make_grpo_trainer: Any, judge: Any) -> None:
+    run = _run(make_grpo_trainer, [judge], ARITH_THINKING)
+    assert f"reads_thinking:{judge.__name__}" in _kinds(run), run.summary()
+
+
+@pytest.mark.parametrize("judge", _graded(ANSWER_FORMS, whole=False), ids=lambda f: f.__name__)
+def test_a_judge_of_the_answer_alone_is_silent(make_grpo_trainer: Any, judge: Any) -> None:
+    run = _run(make_grpo_trainer, [judge], ARITH_THINKING)
+    assert _kinds(run) == set(), run.summary()

@@ -49,6 +49,13 @@ REPEATS = 40  # lines of the repeated-line variant
 TOLD = 0.5  # a pair counts as told apart when its score gap is at least this share of the gap at k = 0
 EPS = 1e-9
 REFERENCE_ALONE = "reference answer alone, no think block"
+# the forms answers are graded in (bare is the pair as it is; "last line" is how the leak states a bare answer)
+REFERENCE_FORMS: tuple[tuple[str, str], ...] = (
+    ("stated", "The answer is {}."),
+    ("boxed", "\\boxed{{{}}}"),
+    ("tagged", "<answer>{}</answer>"),
+    ("hash", "#### {}"),
+)
 PROMPT_ECHOED = "prompt echoed"
 # the degenerate variants, in bit order (see ``encode``); new ones go at the end
 HACKS: tuple[str, ...] = (
@@ -79,10 +86,19 @@ class Pair:
     """A good and a bad answer for one row (answer text only, no think block)."""
 
     # "real" (the group's best and worst completions), "reference" (the dataset's answers as they are) or
-    # "reference-stated" (the same, in a sentence: "The answer is X.", for scorers that need an anchor)
+    # "reference-<form>" (the same in a form scorers look for: REFERENCE_FORMS)
     name: str
     good: str
     bad: str
+    bad_bare: str = ""  # a formed pair: the wrong answer without its form (an answer part a form-reader skips)
+
+
+def reference_pairs(name: str, right: str, wrong: str) -> list[Pair]:
+    """A reference answer against a wrong one, as they are and in each of ``REFERENCE_FORMS``."""
+    pairs = [Pair(name, right, wrong)]
+    for form_name, form in REFERENCE_FORMS:
+        pairs.append(Pair(f"{name}-{form_name}", form.format(right), form.format(wrong), bad_bare=wrong))
+    return pairs
 
 
 @dataclass(frozen=True)
@@ -229,10 +245,22 @@ def plan(
             out.append(Variant(PREFIX, f"{pair.name}:good@{label}", shaped("", pair.good) + "\n\n" + filler(k)))
             out.append(Variant(PREFIX, f"{pair.name}:bad@{label}", shaped("", pair.bad) + "\n\n" + filler(k)))
         if block and pair.good.strip():
-            leak = f"{filler(64)}So the answer is {pair.good}."
-            out.append(Variant(THINKING, f"{pair.name}:leak", compose(leak, pair.bad, markup, prompt_opened)))
-            neutral = compose(filler(len(leak)), pair.bad, markup, prompt_opened)
-            out.append(Variant(THINKING, f"{pair.name}:neutral", neutral))
+            # the right answer stated in the think block (in the pair's form, or as a sentence and on its last line
+            # when bare), the wrong one after it: as it is, without its form, and no answer at all
+            def stated(answer: str, formed: bool = bool(pair.bad_bare)) -> str:
+                return filler(64) + (f"\n{answer}" if formed else f"So the answer is {answer}.\n{answer}")
+
+            leak = stated(pair.good)
+            answers = {"leak": pair.bad, "leak-empty": ""}
+            if pair.bad_bare:
+                answers["leak-bare"] = pair.bad_bare
+            for label, after in answers.items():
+                out.append(Variant(THINKING, f"{pair.name}:{label}", compose(leak, after, markup, prompt_opened)))
+                neutral = compose(filler(len(leak)), after, markup, prompt_opened)
+                out.append(Variant(THINKING, f"{pair.name}:{label.replace('leak', 'neutral')}", neutral))
+            if not real:  # the wrong answer stated instead: a judge of the thinking alone follows what it states
+                wrong = compose(stated(pair.bad), "", markup, prompt_opened)
+                out.append(Variant(THINKING, f"{pair.name}:wrong-leak-empty", wrong))
     hacks: dict[str, str] = {"empty answer": compose(thinking_text or filler(64), "", markup, prompt_opened)}
     if not block:
         hacks["empty answer"] = ""
@@ -308,7 +336,22 @@ def assess(
     for pair in pairs:
         gap0 = _gap(by_label, pair, 0)
         if gap0 is None or abs(gap0) <= EPS:
-            continue  # this function does not tell the pair apart: nothing to learn from it
+            # it does not tell the answers apart; does it tell apart the answers its think block states?
+            right, wrong = by_label.get(f"{pair}:leak-empty"), by_label.get(f"{pair}:wrong-leak-empty")
+            if check_thinking and gap0 is not None and right is not None and wrong is not None:
+                tried.add(THINKING)
+                if right - wrong > max(EPS, TOLD * max(abs(right), abs(wrong))) and not any(
+                    f.probe == THINKING for f in out
+                ):
+                    out.append(
+                        ProbeFinding(
+                            THINKING,
+                            f"scores a think block that states the right answer {right:g} and one that states a wrong "
+                            f"one {wrong:g} ({pair} form), but the answers themselves alike: it grades the thinking, "
+                            "not the answer",
+                        )
+                    )
+            continue  # this function does not tell the pair apart: nothing more to learn from it
         good0, bad0 = by_label[f"{pair}:good@0"], by_label[f"{pair}:bad@0"]
         assert good0 is not None and bad0 is not None
         if pair.startswith("reference"):
@@ -324,16 +367,19 @@ def assess(
                     finding = find(by_label, pair, gap0, good0, bad0)
                     if finding is not None:
                         out.append(finding)
-        leak, neutral = by_label.get(f"{pair}:leak"), by_label.get(f"{pair}:neutral")
         if _length_driven(by_label, pair, gap0, good0):
             continue  # its score follows the text's length (a length term): leak and neutral differ in tokens
-        if check_thinking and leak is not None and neutral is not None:
+        for label, after in (("leak", "the same wrong answer"), ("leak-bare", "the wrong answer without its form"),
+                             ("leak-empty", "no answer")):  # fmt: skip
+            leak, neutral = by_label.get(f"{pair}:{label}"), by_label.get(f"{pair}:{label.replace('leak', 'neutral')}")
+            if not check_thinking or leak is None or neutral is None:
+                continue
             tried.add(THINKING)
             if (leak - neutral) / gap0 >= TOLD and not any(f.probe == THINKING for f in out):
                 out.append(
                     ProbeFinding(
                         THINKING,
-                        f"scores the same wrong answer {leak:g} after a think block that states the right one and "
+                        f"scores {after} {leak:g} after a think block that states the right one ({pair} form) and "
                         f"{neutral:g} after a neutral block (right answer {good0:g}, wrong {bad0:g}): it reads the "
                         "thinking, not only the answer",
                     )
@@ -444,6 +490,7 @@ __all__ = [
     "QUORUM",
     "RAISED",
     "REFERENCE_ALONE",
+    "REFERENCE_FORMS",
     "SCORED",
     "SUFFIX",
     "THINKING",
@@ -460,6 +507,7 @@ __all__ = [
     "judge",
     "plan",
     "quorum",
+    "reference_pairs",
     "split",
     "swapped",
 ]

@@ -28,6 +28,7 @@ from rl_guards.core.probes import (
     encode,
     plan,
     quorum,
+    reference_pairs,
     split,
 )
 from rl_guards.errors import RewardProbeError
@@ -354,8 +355,7 @@ class RewardProbeGuard(Guard):
                 continue
             reference, other = (ref, others[0]) if reference is None else (reference, other)
             name = "reference" if ref_col == self._reference_columns(set(columns))[0] else f"reference[{ref_col}]"
-            pairs.append(Pair(name, ref, others[0]))
-            pairs.append(Pair(f"{name}-stated", f"The answer is {ref}.", f"The answer is {others[0]}."))
+            pairs += reference_pairs(name, ref, others[0])
         longest = max((len(completion_text(c)) for c in completions), default=0)
         variants = plan(
             pairs,
