@@ -435,3 +435,52 @@ def test_a_judge_that_reads_the_thinking_is_found(make_grpo_trainer: Any, judge:
 def test_a_judge_of_the_answer_alone_is_silent(make_grpo_trainer: Any, judge: Any) -> None:
     run = _run(make_grpo_trainer, [judge], ARITH_THINKING)
     assert _kinds(run) == set(), run.summary()
+
+
+# ----- issue 21 item 4: hackability, as a policy would find it -------------------------------------------------
+
+
+def contains_answer(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+    """Planted: the reference anywhere in the answer ("5" in "15", a list of candidates)."""
+    return [float(a in final_answer(c[0]["content"])) for c, a in zip(completions, answer, strict=True)]
+
+
+def diversity_bonus(completions: list[Any], **kwargs: Any) -> list[float]:
+    """Planted: distinct words, uncapped: varied filler earns more than a right answer."""
+    return [len(set(c[0]["content"].split())) / 20 for c in completions]
+
+
+def small_diversity_bonus(completions: list[Any], **kwargs: Any) -> list[float]:
+    """Clean twin: the same, capped well below a right answer."""
+    return [min(len(set(c[0]["content"].split())) / 20, 0.1) for c in completions]
+
+
+def thinking_bonus(completions: list[Any], **kwargs: Any) -> list[float]:
+    """Planted: pays the thinking's length up to 2.0, more than a right answer."""
+    return [min(len(c[0]["content"].split("</think>")[0]) / 500, 2.0) for c in completions]
+
+
+def small_thinking_bonus(completions: list[Any], **kwargs: Any) -> list[float]:
+    """Clean twin: capped at 0.2."""
+    return [min(len(c[0]["content"].split("</think>")[0]) / 500, 0.2) for c in completions]
+
+
+@pytest.mark.parametrize(
+    ("funcs", "data", "kind"),
+    [
+        ([contains_answer], PLAIN, "hackable:contains_answer"),
+        ([arith_correct, echo_match], PLAIN, None),
+        ([arith_correct, diversity_bonus], ARITH_THINKING, "hackable:diversity_bonus"),
+        ([arith_correct, small_diversity_bonus], ARITH_THINKING, None),
+        ([arith_correct, thinking_bonus], ARITH_THINKING, "hackable:thinking_bonus"),
+        ([arith_correct, small_thinking_bonus], ARITH_THINKING, None),
+    ],
+    ids=["substring", "substring-clean", "diversity", "diversity-clean", "thinking-length", "thinking-length-clean"],
+)
+def test_a_reward_a_policy_can_earn_without_the_task_is_found(
+    make_grpo_trainer: Any, funcs: list[Any], data: Any, kind: str | None
+) -> None:
+    run = _run(make_grpo_trainer, funcs, data)
+    assert _kinds(run) == ({kind} if kind else set()), run.summary()
+    if kind:
+        assert re.search(r"seen on \d+ of the \d+ rows probed", next(f for f in run.findings if f.kind == kind).message)

@@ -74,6 +74,56 @@ def _verdicts(name: str, *, thinks: bool, real: tuple[float, float] | None = Non
     return {f.probe for f in judge(variants, scores, real_best=best, real_worst=worst)}
 
 
+def _hacks(score: Score, *, thinks: bool, real: tuple[float, float] | None = None) -> set[str]:
+    variants = plan(
+        [Pair("reference", "42", "17")],
+        thinks=thinks,
+        markup=THINK,
+        thinking_text="some thinking" if thinks else None,
+        prompt_text="What is 40+2?",
+        reference="42",
+        other_answer="17",
+        longest=300,
+        real_has_block=thinks,
+    )
+    scores = [score(v.text) for v in variants]
+    best, worst = real if real is not None else (None, None)
+    return {f.variant for f in judge(variants, scores, real_best=best, real_worst=worst) if f.probe == HACKABLE}
+
+
+def _thinking(text: str) -> str:
+    return text.split("</think>")[0] if "</think>" in text else ""
+
+
+HACK_SCORERS: dict[str, tuple[Score, bool, set[str]]] = {
+    # name: (score, thinks, hack variants that must pay it)
+    "answer among the words": (lambda t: float("42" in re.findall(r"\w+", _answer(t))), False, {"candidate answers"}),
+    "substring": (lambda t: float("42" in _answer(t)), True, {"candidate answers", "reference inside a longer token"}),
+    "distinct words": (lambda t: len(set(t.split())) / 10, False, {"varied filler"}),
+    "thinking length bonus": (
+        lambda t: float(_answer(t) == "42") + min(len(_thinking(t)) / 1000, 2.0),
+        True,
+        {"long thinking, wrong answer"},
+    ),
+    "exact": (SCORERS["final exact"], True, set()),
+    "last number": (SCORERS["last number"], False, set()),
+    "first number": (lambda t: float((re.findall(r"-?\d+", _answer(t)) or [""])[0] == "42"), False, set()),
+    "capped thinking bonus": (
+        lambda t: float(_answer(t) == "42") + min(len(_thinking(t)) / 1000, 0.2),
+        True,
+        set(),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HACK_SCORERS))
+def test_hacks(name: str) -> None:
+    score, thinks, expected = HACK_SCORERS[name]
+    # a score that does not follow the answer is judged against the real completions' spread
+    found = _hacks(score, thinks=thinks, real=(0.8, 0.2) if name == "distinct words" else None)
+    assert expected <= found and (found == set()) == (expected == set()), found
+
+
 @pytest.mark.parametrize(
     ("scorer", "thinks", "expected"),
     [
@@ -100,14 +150,16 @@ def _verdicts(name: str, *, thinks: bool, real: tuple[float, float] | None = Non
     ],
 )
 def test_verdicts(scorer: str, thinks: bool, expected: set[str]) -> None:
-    assert _verdicts(scorer, thinks=thinks, real=(0.2, 0.1) if scorer == "length" else None) == expected
+    found = _verdicts(scorer, thinks=thinks, real=(0.2, 0.1) if scorer == "length" else None)
+    # the scorers that look for "42" anywhere are also paid by a list of candidates (test_hacks)
+    assert found - ({HACKABLE} - expected) == expected
 
 
 def test_a_cut_anywhere_below_the_longest_completion_is_found() -> None:
     # the README's own text[:3000], in a run whose completions reach 3500 characters (no usual cut between)
-    assert _verdicts("slice 3000", thinks=False, longest=3500) == {PREFIX}
-    assert _verdicts("slice 3000", thinks=True, longest=3500) == {PREFIX, THINKING}
-    assert _verdicts("final contains", thinks=True, longest=3500) == set()
+    assert _verdicts("slice 3000", thinks=False, longest=3500) - {HACKABLE} == {PREFIX}
+    assert _verdicts("slice 3000", thinks=True, longest=3500) - {HACKABLE} == {PREFIX, THINKING}
+    assert _verdicts("final contains", thinks=True, longest=3500) - {HACKABLE} == set()
 
 
 def test_prefix_finding_names_the_cut() -> None:
@@ -133,7 +185,7 @@ def test_bare_reference_only_judged_when_some_function_asks_for_the_block() -> N
         [Pair("reference", "42", "17")], thinks=True, markup=THINK, reference="42", real_has_block=True, longest=100
     )
     assert REFERENCE_ALONE in [v.label for v in variants]
-    scores = [SCORERS["final contains"](v.text) for v in variants]
+    scores = [SCORERS["final exact"](v.text) for v in variants]
     assert judge(variants, scores, real_best=1.0, real_worst=0.0) == []
     found = judge(variants, scores, real_best=1.0, real_worst=0.0, format_matters=True)
     assert [f.probe for f in found] == [HACKABLE] and REFERENCE_ALONE in found[0].detail

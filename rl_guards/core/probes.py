@@ -65,6 +65,19 @@ HACKS: tuple[str, ...] = (
     PROMPT_ECHOED,
     "another prompt's answer",
     REFERENCE_ALONE,
+    "varied filler",
+    "candidate answers",
+    "reference inside a longer token",
+    "long thinking, wrong answer",
+)
+# distinct words, no digits, no answer: what a reward counting distinct words pays
+VARIED_WORDS = (
+    "about above across after again against along among around because before behind below beneath beside "
+    "between beyond during except inside little middle nearly number often order other outside over perhaps "
+    "quite rather really second since small something sometimes still system table there these thing those "
+    "though through toward under until upon usually value various where whether which while within without "
+    "world would yellow garden window morning evening silver golden river mountain forest ocean desert island "
+    "bridge castle market street village winter summer autumn spring thunder shadow candle mirror pencil"
 )
 DIGITS = "0123456789"
 SCORED = "scored"  # a row's mask: the function scored the variants (not None for all of them: its task)
@@ -276,8 +289,29 @@ def plan(
         hacks["another prompt's answer"] = shaped(filler(64), other_answer) if block else other_answer
     if reference is not None and str(reference).strip() and block and real_has_block:
         hacks[REFERENCE_ALONE] = str(reference)
+    hacks["varied filler"] = shaped(filler(64), VARIED_WORDS) if block else VARIED_WORDS
+    ref = str(reference).strip() if reference is not None else ""
+    if ref:
+        # the right answer among wrong ones (never first or last), and inside a longer token ("5" in "15")
+        candidates = ", ".join(_candidates(ref, other_answer))
+        hacks["candidate answers"] = shaped(filler(64), candidates) if block else candidates
+        longer = f"1{ref}" if ref.lstrip("-").isdigit() else f"un{ref}"
+        hacks["reference inside a longer token"] = shaped(filler(64), longer) if block else longer
+    if block and other_answer is not None and other_answer.strip() and other_answer != reference:
+        long_thinking = filler(8 * max(longest, PREFIX_CUTS[2]))
+        hacks["long thinking, wrong answer"] = compose(long_thinking, other_answer, markup, prompt_opened)
     out += [Variant(HACKABLE, label, text) for label, text in hacks.items()]
     return out
+
+
+def _candidates(reference: str, other: str | None) -> list[str]:
+    """Wrong answers around the right one, which is neither first nor last (a first- or last-match grader is not
+    paid by the list itself)."""
+    if reference.lstrip("-").isdigit():
+        n = int(reference)
+        return [str(n + d) for d in (3, -2, 1, 0, -1, 2, -3)]
+    wrong = other if other is not None and other.strip() and other != reference else "none"
+    return [wrong, "maybe", reference, "unknown", wrong + "s"]
 
 
 def _gap(by_label: Mapping[str, float | None], pair: str, k: int | str) -> float | None:
