@@ -368,6 +368,10 @@ def test_a_cut_at_any_length_is_found(make_grpo_trainer: Any, judge: Any, kind: 
     # Issue 21 item 2: cuts were tried at 20, 64, 256, ... only; a cut between them, or at the end, was missed.
     run = _run(make_grpo_trainer, [judge, arith_correct], PLAIN)
     assert _kinds(run) == ({kind} if kind else set()), run.summary()
+    if judge is judge_first_72:  # the cut narrowed by bisection from the lengths tried (64 and the longest)
+        message = next(f.message for f in run.findings if f.kind == kind)
+        seen, blind = map(int, re.search(r"reads only the first (\d+)-(\d+) characters", message).groups())
+        assert 60 <= seen < blind <= 72 and blind - seen <= 4, message
 
 
 # ----- issue 21 item 3: reading the thinking, with the answer forms people grade --------------------------------

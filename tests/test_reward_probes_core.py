@@ -18,6 +18,8 @@ from rl_guards.core.probes import (
     Assessment,
     Pair,
     ProbeFinding,
+    bisect_cut,
+    cut_variants,
     decode,
     encode,
     filler,
@@ -153,6 +155,21 @@ def test_verdicts(scorer: str, thinks: bool, expected: set[str]) -> None:
     found = _verdicts(scorer, thinks=thinks, real=(0.2, 0.1) if scorer == "length" else None)
     # the scorers that look for "42" anywhere are also paid by a list of candidates (test_hacks)
     assert found - ({HACKABLE} - expected) == expected
+
+
+def test_the_cut_is_narrowed_by_bisection() -> None:
+    pair = Pair("reference", "42", "17")
+    variants = plan([pair], thinks=False, markup=THINK, longest=3500)
+    score = SCORERS["slice 3000"]
+    (finding,) = [f for f in judge(variants, [score(v.text) for v in variants], real_best=None, real_worst=None)]
+    assert finding.cut == (1024, 3500) and finding.pair == "reference"
+
+    def told(k: int) -> bool:
+        good, bad = cut_variants(pair, k, thinks=False, markup=THINK)
+        return score(good) != score(bad)
+
+    seen, blind = bisect_cut(told, *finding.cut)
+    assert seen <= 2996 < blind and blind - seen <= 4  # "42" after k characters and "\n\n" fits in text[:3000]
 
 
 def test_a_cut_anywhere_below_the_longest_completion_is_found() -> None:

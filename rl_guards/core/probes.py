@@ -30,7 +30,7 @@ on at least ``QUORUM`` rows, most of the rows it was tried on, from more than on
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,6 +121,9 @@ class ProbeFinding:
     probe: str
     detail: str  # for the message: the estimated cut, the scores, the variant
     variant: str = ""  # HACKABLE: the degenerate variant's label (one of ``HACKS``)
+    pair: str = ""  # PREFIX: the pair that showed it, the last length still told apart and the first not,
+    cut: tuple[int, int] = (0, 0)  # and the pair's scores with the answer first (for :func:`bisect_cut`)
+    scores: tuple[float, float] = (0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -233,9 +236,7 @@ def plan(
     block = thinks and markup is not None
 
     def shaped(prefix: str, answer: str) -> str:
-        if block:  # a think block is never empty here: some scorers pay nothing after an empty one
-            return compose(prefix or NEUTRAL_LINE, answer, markup, prompt_opened)
-        return f"{prefix}\n\n{answer}" if prefix else answer
+        return _shaped(prefix, answer, markup if block else None, prompt_opened)
 
     # any cut that can matter in this run: the usual lengths below the longest completion, and the longest itself
     cuts = sorted({k for k in PREFIX_CUTS if k < longest} | {max(longest, PREFIX_CUTS[0])})
@@ -298,10 +299,45 @@ def plan(
         longer = f"1{ref}" if ref.lstrip("-").isdigit() else f"un{ref}"
         hacks["reference inside a longer token"] = shaped(filler(64), longer) if block else longer
     if block and other_answer is not None and other_answer.strip() and other_answer != reference:
-        long_thinking = filler(8 * max(longest, PREFIX_CUTS[2]))
+        long_thinking = filler(4 * max(longest, PREFIX_CUTS[2]))  # longer than any real thinking
         hacks["long thinking, wrong answer"] = compose(long_thinking, other_answer, markup, prompt_opened)
     out += [Variant(HACKABLE, label, text) for label, text in hacks.items()]
     return out
+
+
+def _shaped(prefix: str, answer: str, markup: ThinkMarkup | None, prompt_opened: bool) -> str:
+    """``answer`` after ``prefix``: inside a think block (``markup``; never empty there: some scorers pay nothing
+    after an empty one), else as a paragraph before it."""
+    if markup is not None:
+        return compose(prefix or NEUTRAL_LINE, answer, markup, prompt_opened)
+    return f"{prefix}\n\n{answer}" if prefix else answer
+
+
+def cut_variants(
+    pair: Pair, k: int, *, thinks: bool, markup: ThinkMarkup | None, prompt_opened: bool = False
+) -> tuple[str, str]:
+    """The pair's good and bad answers after ``k`` characters of neutral text, as :func:`plan` builds them."""
+    shape = markup if thinks else None
+    return _shaped(filler(k), pair.good, shape, prompt_opened), _shaped(filler(k), pair.bad, shape, prompt_opened)
+
+
+def bisect_cut(told: Callable[[int], bool], seen: int, blind: int, *, rounds: int = 10) -> tuple[int, int]:
+    """Narrow (last length told apart, first not) by bisection; ``told(k)``: the pair is told apart at ``k``."""
+    for _ in range(rounds):
+        if blind - seen <= 4:
+            break
+        mid = (seen + blind) // 2
+        seen, blind = (mid, blind) if told(mid) else (seen, mid)
+    return seen, blind
+
+
+def prefix_detail(good0: float, bad0: float, seen: int, blind: int) -> str:
+    """The message of a prefix finding."""
+    return (
+        f"tells the right answer ({good0:g}) from a wrong one ({bad0:g}) when the answer comes first, but not once "
+        f"{blind} characters come before it: it reads only the first {seen}-{blind} characters (a text[:N] before "
+        "scoring, only the first line or paragraph, or a pattern anchored at the start)"
+    )
 
 
 def _candidates(reference: str, other: str | None) -> list[str]:
@@ -472,12 +508,8 @@ def _prefix_finding(
     if not blind or any(told[k] for k in cuts if k > blind[0]):
         return None
     seen = max([0, *(k for k in cuts if told[k] and k < blind[0])])
-    return ProbeFinding(
-        PREFIX,
-        f"tells the right answer ({good0:g}) from a wrong one ({bad0:g}) when the answer comes first, but not once "
-        f"{blind[0]} characters come before it: it reads only the first {seen}-{blind[0]} characters (a text[:N] "
-        "before scoring, only the first line or paragraph, or a pattern anchored at the start)",
-    )
+    detail = prefix_detail(good0, bad0, seen, blind[0])
+    return ProbeFinding(PREFIX, detail, pair=pair, cut=(seen, blind[0]), scores=(good0, bad0))
 
 
 def _suffix_finding(
@@ -534,12 +566,15 @@ __all__ = [
     "Variant",
     "answer_in",
     "assess",
+    "bisect_cut",
     "compose",
+    "cut_variants",
     "decode",
     "encode",
     "filler",
     "judge",
     "plan",
+    "prefix_detail",
     "quorum",
     "reference_pairs",
     "split",

@@ -22,11 +22,17 @@ from rl_guards.core.probes import (
     SCORED,
     SUFFIX,
     THINKING,
+    TOLD,
+    Assessment,
     Pair,
+    ProbeFinding,
     assess,
+    bisect_cut,
+    cut_variants,
     decode,
     encode,
     plan,
+    prefix_detail,
     quorum,
     reference_pairs,
     split,
@@ -434,6 +440,13 @@ class RewardProbeGuard(Guard):
                 format_matters=format_matters,
                 strict=not informative,
             )
+            findings = []
+            for finding in assessment.findings:
+                if finding.probe == PREFIX and finding.pair:
+                    finding, extra = self._bisect(finding, index, pairs, thinks, markup, opened, batch, row, held)
+                    made += extra
+                findings.append(finding)
+            assessment = Assessment(findings, assessment.tried)
             masks[index] = encode(assessment)
             for finding in assessment.findings:
                 details.append(
@@ -442,6 +455,48 @@ class RewardProbeGuard(Guard):
         if details:
             self._details[row] = details
         return masks, made
+
+    def _bisect(
+        self,
+        finding: ProbeFinding,
+        index: int,
+        pairs: list[Pair],
+        thinks: bool,
+        markup: Any,
+        opened: bool,
+        batch: RolloutBatch,
+        row: int,
+        held: list[int],
+    ) -> tuple[ProbeFinding, int]:
+        """The prefix finding with its cut narrowed by bisection between the lengths tried; the extra calls."""
+        pair = next((p for p in pairs if p.name == finding.pair), None)
+        if pair is None:
+            return finding, 0
+        inputs, prompts, completions, _, state = _reward_inputs(batch, held)
+        local = held.index(row)
+        columns = {k: v for k, v in inputs[local].items() if k not in ("prompt", "completion", "completion_ids")}
+        good0, bad0 = finding.scores
+        fn = next(f for i, _, f in self.functions() if i == index)
+        cache = self._cache.setdefault((index, batch.group_of(row)), {})  # shared with the probe's own scores
+        calls = 0
+
+        def told(k: int) -> bool:
+            nonlocal calls
+            texts = list(cut_variants(pair, k, thinks=thinks, markup=markup, prompt_opened=opened))
+            todo = [t for t in texts if t not in cache]
+            if todo:
+                fresh = self._score(fn, todo, prompts[local], completions[local], columns, state)
+                cache.update(zip(todo, fresh, strict=True))
+                calls += len(todo)
+            good, bad = (cache[t] for t in texts)
+            return good is not None and bad is not None and abs(good - bad) >= TOLD * abs(good0 - bad0)
+
+        try:
+            seen, blind = bisect_cut(told, *finding.cut)
+        except Exception:  # the function cannot score these: keep the estimate from the lengths tried
+            return finding, calls
+        detail = prefix_detail(good0, bad0, seen, blind)
+        return ProbeFinding(PREFIX, detail, pair=finding.pair, cut=(seen, blind), scores=finding.scores), calls
 
     def _score(
         self, fn: Any, texts: list[str], prompt: Any, original: Any, columns: dict[str, Any], state: Any
