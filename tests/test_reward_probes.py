@@ -164,9 +164,12 @@ def test_a_function_that_fails_on_variants_is_left_out(make_grpo_trainer: Any) -
             raise RuntimeError("only scores batches of 8")
         return [0.0] * len(completions)
 
-    run = _run(make_grpo_trainer, [picky, arith_correct], PLAIN)
+    run = _run(make_grpo_trainer, [picky, arith_correct], PLAIN, skip=["arith_correct"])
     assert run.guard("probes").probes_run == 1 and len(calls) >= 2
     assert not [f for f in run.findings if f.guard in ("probes", "hook")], run.summary()
+    text = run.guard("probes").coverage_text()
+    assert "picky: raised on the variants of arith (not judged there)" in text and "extra reward calls" in text
+    assert "arith_correct: not probed (listed in probes.skip)" in text
 
 
 def test_a_format_reward_is_not_blamed_while_nobody_is_right_yet(make_grpo_trainer: Any) -> None:

@@ -295,7 +295,11 @@ class RewardProbeGuard(Guard):
             return "probes: nothing probed yet"
         tasks = ", ".join(f"{t or '(no task)'} {n}" for t, n in sorted(cov["tasks"].items()))
         steps = ", ".join(str(step) for step in cov["steps"])
-        lines = [f"probes at step(s) {steps}: rows per task {tasks}"]
+        share = (self.first_calls + self.extra_calls) / max(self.run_calls, 1.0)
+        lines = [
+            f"probes at step(s) {steps}: rows per task {tasks}; {self.first_calls + self.extra_calls:.0f} extra reward "
+            f"calls ({share:.1%} of the run's, {self.extra_calls:.0f} after the first probes)"
+        ]
         for fname, entry in cov["functions"].items():
             if "not_probed" in entry:
                 lines.append(f"  {fname}: not probed ({entry['not_probed']})")
@@ -387,6 +391,7 @@ class RewardProbeGuard(Guard):
                 fresh = self._score(fn, todo, prompts[local], completions[local], columns, state) if todo else []
             except Exception:  # the function cannot score a variant: not probed this time, never the run's problem
                 masks[index] = encode(None, raised=True)
+                made += len(todo)  # the calls were made all the same
                 continue
             cache.update(zip(todo, fresh, strict=True))
             scores[index] = [cache[v.text] for v in variants]
