@@ -265,10 +265,10 @@ def plan(
                 return filler(64) + (f"\n{answer}" if formed else f"So the answer is {answer}.\n{answer}")
 
             leak = stated(pair.good)
-            answers = {"leak": pair.bad, "leak-empty": ""}
+            afters = {"leak": pair.bad, "leak-empty": ""}
             if pair.bad_bare:
-                answers["leak-bare"] = pair.bad_bare
-            for label, after in answers.items():
+                afters["leak-bare"] = pair.bad_bare
+            for label, after in afters.items():
                 out.append(Variant(THINKING, f"{pair.name}:{label}", compose(leak, after, markup, prompt_opened)))
                 neutral = compose(filler(len(leak)), after, markup, prompt_opened)
                 out.append(Variant(THINKING, f"{pair.name}:{label.replace('leak', 'neutral')}", neutral))

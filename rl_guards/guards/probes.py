@@ -289,7 +289,7 @@ class RewardProbeGuard(Guard):
         self.coverage = cov
 
     def coverage_text(self) -> str:
-        """What the last probe covered (functions x tasks x rows) and what it could not, and why."""
+        """What the probes covered (functions x tasks x rows), what they could not and why, and their cost."""
         cov = self.coverage
         if not cov:
             return "probes: nothing probed yet"
@@ -386,7 +386,7 @@ class RewardProbeGuard(Guard):
         for index, _name, fn in self.functions():
             # rows of one group share the prompt and the columns: a text scored for one is not scored again
             cache = self._cache.setdefault((index, batch.group_of(row)), {})
-            todo = [v for v in dict.fromkeys(v.text for v in variants) if v not in cache]
+            todo = [text for text in dict.fromkeys(v.text for v in variants) if text not in cache]
             try:
                 fresh = self._score(fn, todo, prompts[local], completions[local], columns, state) if todo else []
             except Exception:  # the function cannot score a variant: not probed this time, never the run's problem
