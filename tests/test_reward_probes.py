@@ -276,8 +276,7 @@ XML_REWARDS = [xmlcount_reward_func, soft_format_reward_func, strict_format_rewa
 
 def test_the_copied_xml_format_rewards_are_silent(make_grpo_trainer: Any) -> None:
     # Issue 20 item 6 (the pure rules' regression test: test_format_rewards_are_not_judged_as_outcome_rewards).
-    # Non-thinking, as those scripts run: with think blocks, correctness_reward_func does read the thinking
-    # (extract_xml_answer takes the last <answer> anywhere; test_a_judge_that_reads_the_thinking_is_found).
+    # Non-thinking, as those scripts run (with think blocks: test_a_judge_of_the_answer_alone_is_silent).
     questions = [(a, b) for a in range(3) for b in range(3, 6)]
     data = Dataset.from_dict(
         {
@@ -428,18 +427,28 @@ def thinking_only(completions: list[Any], answer: list[str], **kwargs: Any) -> l
     ]
 
 
+WHOLE = {f.__name__: f for f in _graded(ANSWER_FORMS, whole=True)}
+
+
 @pytest.mark.parametrize(
     "judge",
-    [*_graded(ANSWER_FORMS, whole=True), thinking_only, correctness_reward_func],
+    [*(f for name, f in WHOLE.items() if name != "last_line_whole"), thinking_only],
     ids=lambda f: f.__name__,
 )
 def test_a_judge_that_reads_the_thinking_is_found(make_grpo_trainer: Any, judge: Any) -> None:
+    # the first answer of the whole completion: the think block's, before the one the policy gives
     run = _run(make_grpo_trainer, [judge], ARITH_THINKING)
     assert f"reads_thinking:{judge.__name__}" in _kinds(run), run.summary()
 
 
-@pytest.mark.parametrize("judge", _graded(ANSWER_FORMS, whole=False), ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "judge",
+    [*_graded(ANSWER_FORMS, whole=False), WHOLE["last_line_whole"], correctness_reward_func],
+    ids=lambda f: f.__name__,
+)
 def test_a_judge_of_the_answer_alone_is_silent(make_grpo_trainer: Any, judge: Any) -> None:
+    # The last two read the whole completion but take its last answer: the thinking's only where the answer is
+    # missing or unformed (the precision corpus's whole-text graders); that is not taken for reading the thinking.
     run = _run(make_grpo_trainer, [judge], ARITH_THINKING)
     assert _kinds(run) == set(), run.summary()
 

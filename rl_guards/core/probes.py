@@ -260,21 +260,21 @@ def plan(
             out.append(Variant(PREFIX, f"{pair.name}:bad@{label}", shaped("", pair.bad) + "\n\n" + filler(k)))
         if block and pair.good.strip():
             # the right answer stated in the think block (in the pair's form, or as a sentence and on its last line
-            # when bare), the wrong one after it: as it is, without its form, and no answer at all
+            # when bare), the wrong one after it in the same form. (Not with the answer left out or unformed: a
+            # grader that falls back to the thinking's answer only then still grades the answer the policy gives.)
             def stated(answer: str, formed: bool = bool(pair.bad_bare)) -> str:
                 return filler(64) + (f"\n{answer}" if formed else f"So the answer is {answer}.\n{answer}")
 
             leak = stated(pair.good)
-            afters = {"leak": pair.bad, "leak-empty": ""}
-            if pair.bad_bare:
-                afters["leak-bare"] = pair.bad_bare
-            for label, after in afters.items():
-                out.append(Variant(THINKING, f"{pair.name}:{label}", compose(leak, after, markup, prompt_opened)))
-                neutral = compose(filler(len(leak)), after, markup, prompt_opened)
-                out.append(Variant(THINKING, f"{pair.name}:{label.replace('leak', 'neutral')}", neutral))
-            if not real:  # the wrong answer stated instead: a judge of the thinking alone follows what it states
-                wrong = compose(stated(pair.bad), "", markup, prompt_opened)
-                out.append(Variant(THINKING, f"{pair.name}:wrong-leak-empty", wrong))
+            out.append(Variant(THINKING, f"{pair.name}:leak", compose(leak, pair.bad, markup, prompt_opened)))
+            neutral = compose(filler(len(leak)), pair.bad, markup, prompt_opened)
+            out.append(Variant(THINKING, f"{pair.name}:neutral", neutral))
+            if not real:  # the right or the wrong answer in the pair's own form, none after: a judge of the
+                for label, answer in (("leak-empty", pair.good), ("wrong-leak-empty", pair.bad)):  # thinking follows it
+                    block_text = stated(answer, formed=True)  # as the answers it does not tell apart are written
+                    out.append(
+                        Variant(THINKING, f"{pair.name}:{label}", compose(block_text, "", markup, prompt_opened))
+                    )
     hacks: dict[str, str] = {"empty answer": compose(thinking_text or filler(64), "", markup, prompt_opened)}
     if not block:
         hacks["empty answer"] = ""
@@ -439,24 +439,23 @@ def assess(
                         out.append(finding)
         if _length_driven(by_label, pair, gap0, good0):
             continue  # its score follows the text's length (a length term): leak and neutral differ in tokens
-        for label, after in (("leak", "the same wrong answer"), ("leak-bare", "the wrong answer without its form"),
-                             ("leak-empty", "no answer")):  # fmt: skip
-            leak, neutral = by_label.get(f"{pair}:{label}"), by_label.get(f"{pair}:{label.replace('leak', 'neutral')}")
-            if not check_thinking or leak is None or neutral is None:
-                continue
+        leak, neutral = by_label.get(f"{pair}:leak"), by_label.get(f"{pair}:neutral")
+        if check_thinking and leak is not None and neutral is not None:
             tried.add(THINKING)
             if (leak - neutral) / gap0 >= TOLD and not any(f.probe == THINKING for f in out):
                 out.append(
                     ProbeFinding(
                         THINKING,
-                        f"scores {after} {leak:g} after a think block that states the right one ({pair} form) and "
-                        f"{neutral:g} after a neutral block (right answer {good0:g}, wrong {bad0:g}): it reads the "
-                        "thinking, not only the answer",
+                        f"scores the same wrong answer {leak:g} after a think block that states the right one ({pair} "
+                        f"form) and {neutral:g} after a neutral block (right answer {good0:g}, wrong {bad0:g}): it "
+                        "reads the thinking, not only the answer",
                     )
                 )
     if best is None or worst is None or best - worst <= EPS:
         return Assessment(out, frozenset(tried))
-    margin = EPS if strict else -EPS  # strictly above the best, or at least as much
+    # strictly above the best, or at least as much; a function that does not read the answer (a length or format
+    # term) paying a degenerate completion its best is its design: it is only to blame when that beats the best
+    margin = EPS if strict or not reads_answer else -EPS
     for v in variants:
         score = by_label.get(v.label)
         if v.probe != HACKABLE or score is None or v.label not in HACKS:
