@@ -285,11 +285,11 @@ class ProbesConfig(GuardConfig):
     the thinking, or pay a degenerate completion as much as the best real one?"""
 
     every_steps: int = 50  # probe the first batch, then one batch in N steps (within the budget)
-    rows: int = 1  # real rows probed per rank and probe
+    rows: int = 8  # real rows probed per task, rank and probe (a verdict needs 3 rows, most of those probed)
     budget: float = 0.02  # extra reward calls at most this share of the run's reward calls so far (first probe aside)
     skip: list[str] = field(default_factory=list)  # reward functions never probed (expensive judges); models never are
     process_rewards: list[str] = field(default_factory=list)  # functions meant to read the thinking (not flagged)
-    prefix_ok: list[str] = field(default_factory=list)  # functions meant to read only a prefix (not flagged)
+    prefix_ok: list[str] = field(default_factory=list)  # functions meant to read only the start or end (not flagged)
 
     def validate(self, prefix: str) -> None:
         super().validate(prefix)

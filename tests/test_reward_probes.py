@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 import pytest
+from datasets import Dataset
 
 import rl_guards
 from rl_guards.guards.probes import RewardProbeGuard
@@ -54,12 +55,15 @@ def pays_prompt_words(completions: list[Any], prompts: list[Any], answer: list[s
     return out
 
 
-def _run(make_grpo_trainer: Any, reward_funcs: list[Any], data: Any, **config: Any) -> Any:
+def _run(
+    make_grpo_trainer: Any, reward_funcs: list[Any], data: Any, steps: int = 1, trainer_args: Any = None, **config: Any
+) -> Any:
     trainer = make_grpo_trainer(
         reward_funcs=reward_funcs,
         train_dataset=data,
         max_completion_length=48,
-        max_steps=1,
+        max_steps=steps,
+        **(trainer_args or {}),
         generation_kwargs={"min_new_tokens": 48},  # completions long enough for a text[:64] to matter
     )
     run = rl_guards.install(trainer, {"probes": {"mode": "log", **config}}, guards=[RewardProbeGuard])
@@ -88,7 +92,8 @@ def test_probe_finds_the_planted_flaw(make_grpo_trainer: Any, planted: list[Any]
     assert _kinds(run) <= {kind}, run.summary()  # the planted flaw only: the clean function is not blamed
     finding = next(f for f in run.findings if f.kind == kind)
     assert planted[0].__name__ in finding.message and "Fix:" in finding.message
-    assert "prompt:" in finding.message  # the row it was probed on
+    assert "prompt:" in finding.message  # a row it was probed on
+    assert re.search(r"seen on \d+ of the \d+ rows probed", finding.message)  # a quorum of rows, not one
 
 
 def test_declared_exceptions_are_not_flagged(make_grpo_trainer: Any) -> None:
@@ -130,18 +135,21 @@ def test_example_rewards_are_silent(make_grpo_trainer: Any) -> None:
     assert _kinds(run) == set(), run.summary()
 
 
-@pytest.mark.parametrize(("budget", "expected"), [(1.0, 2), (0.02, 1)])
-def test_probes_follow_the_schedule_within_the_budget(make_grpo_trainer: Any, budget: float, expected: int) -> None:
-    trainer = make_grpo_trainer(reward_funcs=[arith_correct, echo_match], train_dataset=PLAIN, max_steps=5)
-    config = {"probes": {"mode": "log", "every_steps": 2, "budget": budget}}
+@pytest.mark.parametrize(("budget", "expected"), [(1.0, (2, 3)), (0.02, (1,))])
+def test_probes_follow_the_schedule_within_the_budget(
+    make_grpo_trainer: Any, budget: float, expected: tuple[int, ...]
+) -> None:
+    data = make_dataset(tasks=("arith",), thinking=False)  # one task: no first probe of a new task later
+    trainer = make_grpo_trainer(reward_funcs=[arith_correct, echo_match], train_dataset=data, max_steps=16)
+    config = {"probes": {"mode": "log", "every_steps": 2, "budget": budget, "rows": 1}}
     run = rl_guards.install(trainer, config, guards=[RewardProbeGuard])
     trainer.train()
     guard = run.guard("probes")
-    # the free first probe at step 0; at budget 1.0 the second at step 2 (its ~100 calls then exceed the run's 80 by
-    # step 4); at 2 % no second one within 5 steps
-    assert guard.probes_run == expected
+    # one task, one row (~110 calls a probe, the run's 16 a step): the free first probe at step 0; at budget 1.0 a
+    # later one every time its calls fit (two within 16 steps); at 2 % none within 16 steps
+    assert guard.probes_run in expected
     assert guard.extra_calls <= budget * guard.run_calls
-    assert guard.run_calls == 5 * 8 * 2  # 5 batches x 8 rows x 2 functions
+    assert guard.run_calls == 16 * 8 * 2  # 16 batches x 8 rows x 2 functions
     restored = RewardProbeGuard(run.config)
     restored.load_state_dict(guard.state_dict())
     assert restored.state_dict() == guard.state_dict()
@@ -156,9 +164,12 @@ def test_a_function_that_fails_on_variants_is_left_out(make_grpo_trainer: Any) -
             raise RuntimeError("only scores batches of 8")
         return [0.0] * len(completions)
 
-    run = _run(make_grpo_trainer, [picky, arith_correct], PLAIN)
+    run = _run(make_grpo_trainer, [picky, arith_correct], PLAIN, skip=["arith_correct"])
     assert run.guard("probes").probes_run == 1 and len(calls) >= 2
     assert not [f for f in run.findings if f.guard in ("probes", "hook")], run.summary()
+    text = run.guard("probes").coverage_text()
+    assert "picky: raised on the variants of arith (not judged there)" in text and "extra reward calls" in text
+    assert "arith_correct: not probed (listed in probes.skip)" in text
 
 
 def test_a_format_reward_is_not_blamed_while_nobody_is_right_yet(make_grpo_trainer: Any) -> None:
@@ -175,3 +186,317 @@ def test_a_format_reward_is_not_blamed_while_nobody_is_right_yet(make_grpo_train
     run = _run(make_grpo_trainer, [correct, think_format_reward], data)
     assert run.guard("probes").probes_run == 1
     assert not [k for k in _kinds(run) if k.startswith("hackable")], run.summary()
+
+
+def last_number_reward(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+    """The usual GSM8K-style grader: the last number of the answer (after the thinking) against the reference."""
+    rewards = []
+    for completion, expected in zip(completions, answer, strict=True):
+        numbers = re.findall(r"-?\d+", completion[0]["content"].split("</think>")[-1])
+        rewards.append(1.0 if numbers and float(numbers[-1]) == float(expected) else 0.0)
+    return rewards
+
+
+def test_a_last_number_grader_is_not_hackable_by_an_echo_of_a_prompt_that_ends_with_the_answer(
+    make_grpo_trainer: Any,
+) -> None:
+    # Issue 20 item 5: "What is 0+1?" echoed ends with the right number; main called the grader hackable from it.
+    data = Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": f"What is 0+{b}?"}] for b in range(1, 9)],
+            "answer": [str(b) for b in range(1, 9)],
+        }
+    )
+    run = _run(make_grpo_trainer, [last_number_reward], data)
+    assert run.guard("probes").probes_run == 1
+    assert _kinds(run) == set(), run.summary()
+
+
+# The reward functions of the widely copied GRPO GSM8K example (XML reasoning/answer format), as users paste them.
+XML_SYSTEM_PROMPT = "Respond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>\n"
+
+
+def extract_xml_answer(text: str) -> str:
+    answer = text.split("<answer>")[-1]
+    answer = answer.split("</answer>")[0]
+    return answer.strip()
+
+
+def correctness_reward_func(
+    prompts: list[Any], completions: list[Any], answer: list[str], **kwargs: Any
+) -> list[float]:
+    responses = [completion[0]["content"] for completion in completions]
+    extracted_responses = [extract_xml_answer(r) for r in responses]
+    return [2.0 if r == a else 0.0 for r, a in zip(extracted_responses, answer, strict=True)]
+
+
+def int_reward_func(completions: list[Any], **kwargs: Any) -> list[float]:
+    responses = [completion[0]["content"] for completion in completions]
+    extracted_responses = [extract_xml_answer(r) for r in responses]
+    return [0.5 if r.isdigit() else 0.0 for r in extracted_responses]
+
+
+def strict_format_reward_func(completions: list[Any], **kwargs: Any) -> list[float]:
+    pattern = r"^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n$"
+    responses = [completion[0]["content"] for completion in completions]
+    matches = [re.match(pattern, r) for r in responses]
+    return [0.5 if match else 0.0 for match in matches]
+
+
+def soft_format_reward_func(completions: list[Any], **kwargs: Any) -> list[float]:
+    pattern = r"<reasoning>.*?</reasoning>\s*<answer>.*?</answer>"
+    responses = [completion[0]["content"] for completion in completions]
+    matches = [re.match(pattern, r) for r in responses]
+    return [0.5 if match else 0.0 for match in matches]
+
+
+def count_xml(text: str) -> float:
+    count = 0.0
+    if text.count("<reasoning>\n") == 1:
+        count += 0.125
+    if text.count("\n</reasoning>\n") == 1:
+        count += 0.125
+    if text.count("\n<answer>\n") == 1:
+        count += 0.125
+        count -= len(text.split("\n</answer>\n")[-1]) * 0.001
+    if text.count("\n</answer>") == 1:
+        count += 0.125
+        count -= (len(text.split("\n</answer>")[-1]) - 1) * 0.001
+    return count
+
+
+def xmlcount_reward_func(completions: list[Any], **kwargs: Any) -> list[float]:
+    contents = [completion[0]["content"] for completion in completions]
+    return [count_xml(c) for c in contents]
+
+
+XML_REWARDS = [xmlcount_reward_func, soft_format_reward_func, strict_format_reward_func, int_reward_func,
+               correctness_reward_func]  # fmt: skip
+
+
+def test_the_copied_xml_format_rewards_are_silent(make_grpo_trainer: Any) -> None:
+    # Issue 20 item 6 (the pure rules' regression test: test_format_rewards_are_not_judged_as_outcome_rewards).
+    # Non-thinking, as those scripts run (with think blocks: test_a_judge_of_the_answer_alone_is_silent).
+    questions = [(a, b) for a in range(3) for b in range(3, 6)]
+    data = Dataset.from_dict(
+        {
+            "prompt": [
+                [{"role": "system", "content": XML_SYSTEM_PROMPT}, {"role": "user", "content": f"What is {a}+{b}?"}]
+                for a, b in questions
+            ],
+            "answer": [str(a + b) for a, b in questions],
+        }
+    )
+    run = _run(make_grpo_trainer, XML_REWARDS, data, trainer_args={"chat_template_kwargs": {"enable_thinking": False}})
+    assert run.guard("probes").probes_run == 1
+    assert _kinds(run) == set(), run.summary()
+
+
+# ----- issue 21: every reward function on every task, any number of them -------------------------------------
+
+
+def _make_exact(name: str) -> Any:
+    def exact(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+        return [float(final_answer(completion_text(c)).strip() == a) for c, a in zip(completions, answer, strict=True)]
+
+    exact.__name__ = name
+    return exact
+
+
+@pytest.mark.parametrize("planted", [True, False], ids=["planted", "clean"])
+def test_a_twentieth_reward_function_is_probed(make_grpo_trainer: Any, planted: bool) -> None:
+    # Issue 21 item 7: past the 17th function the verdict bits of one float ran out and it was silently skipped.
+    funcs = [_make_exact(f"exact_{i:02d}") for i in range(19)] + [sliced_judge if planted else _make_exact("last")]
+    run = _run(make_grpo_trainer, funcs, PLAIN)
+    assert _kinds(run) == ({"reads_prefix:sliced_judge"} if planted else set()), run.summary()
+    assert len(run.guard("probes").coverage["functions"]) == 20
+
+
+def echo_judge_first_chars(completions: list[Any], answer: list[str], task: list[str], **kwargs: Any) -> list[Any]:
+    """Planted: the echo task's judge reads text[:20] and returns None on other tasks' rows."""
+    return [
+        None if t != "echo" else float(a.lower() in completion_text(c)[:20].lower().split())
+        for c, a, t in zip(completions, answer, task, strict=True)
+    ]
+
+
+def echo_judge(completions: list[Any], answer: list[str], task: list[str], **kwargs: Any) -> list[Any]:
+    """Clean twin: the final answer, whole."""
+    return [
+        None if t != "echo" else float(final_answer(completion_text(c)).strip().lower() == a.lower())
+        for c, a, t in zip(completions, answer, task, strict=True)
+    ]
+
+
+def arith_only(completions: list[Any], answer: list[str], task: list[str], **kwargs: Any) -> list[Any]:
+    return arith_correct(completions, answer, task)
+
+
+@pytest.mark.parametrize("planted", [True, False], ids=["planted", "clean"])
+def test_a_task_gated_function_is_probed_on_its_own_task(make_grpo_trainer: Any, planted: bool) -> None:
+    # Issue 21 item 1: each probe took the best row of one group per rank, so another task's judge never saw one.
+    judge = echo_judge_first_chars if planted else echo_judge
+    run = _run(make_grpo_trainer, [arith_only, judge], PLAIN, steps=3)  # the first batch holds arith rows only
+    assert _kinds(run) == ({"reads_prefix:echo_judge_first_chars"} if planted else set()), run.summary()
+    coverage = run.guard("probes").coverage["functions"]
+    assert set(coverage[judge.__name__]["rows"]) == {"echo"} and coverage[judge.__name__]["not_its_task"] == ["arith"]
+    assert set(coverage["arith_only"]["rows"]) == {"arith"}
+    text = run.guard("probes").coverage_text()
+    assert f"{judge.__name__}: echo " in text and "None on arith (not its task)" in text
+
+
+def judge_first_72(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+    """Planted: a cut between the usual lengths (the README's text[:3000] in a run of longer completions)."""
+    return [float(a in c[0]["content"][:72].split()) for c, a in zip(completions, answer, strict=True)]
+
+
+def judge_last_30(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+    """Planted: only the end of the completion is read."""
+    return [float(a in c[0]["content"][-30:].split()) for c, a in zip(completions, answer, strict=True)]
+
+
+def judge_whole_words(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+    """Clean twin: the answer among the final answer's words, wherever it is."""
+    return [float(a in final_answer(completion_text(c)).split()) for c, a in zip(completions, answer, strict=True)]
+
+
+@pytest.mark.parametrize(
+    ("judge", "kind"),
+    [(judge_first_72, "reads_prefix:judge_first_72"), (judge_last_30, "reads_suffix:judge_last_30"),
+     (judge_whole_words, None)],
+    ids=["text[:72]", "text[-30:]", "clean"],
+)  # fmt: skip
+def test_a_cut_at_any_length_is_found(make_grpo_trainer: Any, judge: Any, kind: str | None) -> None:
+    # Issue 21 item 2: cuts were tried at 20, 64, 256, ... only; a cut between them, or at the end, was missed.
+    run = _run(make_grpo_trainer, [judge, arith_correct], PLAIN)
+    assert _kinds(run) == ({kind} if kind else set()), run.summary()
+    if judge is judge_first_72:  # the cut narrowed by bisection from the lengths tried (64 and the longest)
+        message = next(f.message for f in run.findings if f.kind == kind)
+        seen, blind = map(int, re.search(r"reads only the first (\d+)-(\d+) characters", message).groups())
+        assert 60 <= seen < blind <= 72 and blind - seen <= 4, message
+
+
+# ----- issue 21 item 3: reading the thinking, with the answer forms people grade --------------------------------
+
+
+def _graded(forms: dict[str, Any], whole: bool) -> list[Any]:
+    """One judge per answer form; ``whole``: it reads the whole completion (planted), else the answer after the
+    thinking (the clean twin)."""
+    judges = []
+    for form, extract in forms.items():
+
+        def judge(completions: list[Any], answer: list[str], extract: Any = extract, **kwargs: Any) -> list[float]:
+            texts = [c[0]["content"] for c in completions]
+            texts = texts if whole else [t.split("</think>")[-1] for t in texts]
+            return [float(extract(t) == a) for t, a in zip(texts, answer, strict=True)]
+
+        judge.__name__ = f"{form}_{'whole' if whole else 'answer'}"
+        judges.append(judge)
+    return judges
+
+
+def _first(pattern: str) -> Any:
+    def extract(text: str) -> str | None:
+        match = re.search(pattern, text)
+        return match.group(1).strip() if match else None
+
+    return extract
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in re.sub(r"</?think>", "", text).strip().split("\n") if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+ANSWER_FORMS: dict[str, Any] = {
+    "bare": lambda t: (re.findall(r"\b\d+\b", t) or [None])[0],
+    "stated": _first(r"[Tt]he answer is\s*([^\s.]+)"),
+    "boxed": _first(r"\\boxed\{([^}]*)\}"),
+    "tagged": _first(r"<answer>\s*(.*?)\s*</answer>"),
+    "hash": _first(r"####\s*(-?\d+)"),
+    "last_line": _last_line,
+}
+ARITH_THINKING = make_dataset(tasks=("arith",), thinking=True)
+
+
+def thinking_only(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+    """Planted: grades only the thinking."""
+    return [
+        float(a in re.findall(r"\d+", c[0]["content"].split("</think>")[0]))
+        for c, a in zip(completions, answer, strict=True)
+    ]
+
+
+WHOLE = {f.__name__: f for f in _graded(ANSWER_FORMS, whole=True)}
+
+
+@pytest.mark.parametrize(
+    "judge",
+    [*(f for name, f in WHOLE.items() if name != "last_line_whole"), thinking_only],
+    ids=lambda f: f.__name__,
+)
+def test_a_judge_that_reads_the_thinking_is_found(make_grpo_trainer: Any, judge: Any) -> None:
+    # the first answer of the whole completion: the think block's, before the one the policy gives
+    run = _run(make_grpo_trainer, [judge], ARITH_THINKING)
+    assert f"reads_thinking:{judge.__name__}" in _kinds(run), run.summary()
+
+
+@pytest.mark.parametrize(
+    "judge",
+    [*_graded(ANSWER_FORMS, whole=False), WHOLE["last_line_whole"], correctness_reward_func],
+    ids=lambda f: f.__name__,
+)
+def test_a_judge_of_the_answer_alone_is_silent(make_grpo_trainer: Any, judge: Any) -> None:
+    # The last two read the whole completion but take its last answer: the thinking's only where the answer is
+    # missing or unformed (the precision corpus's whole-text graders); that is not taken for reading the thinking.
+    run = _run(make_grpo_trainer, [judge], ARITH_THINKING)
+    assert _kinds(run) == set(), run.summary()
+
+
+# ----- issue 21 item 4: hackability, as a policy would find it -------------------------------------------------
+
+
+def contains_answer(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+    """Planted: the reference anywhere in the answer ("5" in "15", a list of candidates)."""
+    return [float(a in final_answer(c[0]["content"])) for c, a in zip(completions, answer, strict=True)]
+
+
+def diversity_bonus(completions: list[Any], **kwargs: Any) -> list[float]:
+    """Planted: distinct words, uncapped: varied filler earns more than a right answer."""
+    return [len(set(c[0]["content"].split())) / 20 for c in completions]
+
+
+def small_diversity_bonus(completions: list[Any], **kwargs: Any) -> list[float]:
+    """Clean twin: the same, capped well below a right answer."""
+    return [min(len(set(c[0]["content"].split())) / 20, 0.1) for c in completions]
+
+
+def thinking_bonus(completions: list[Any], **kwargs: Any) -> list[float]:
+    """Planted: pays the thinking's length up to 2.0, more than a right answer."""
+    return [min(len(c[0]["content"].split("</think>")[0]) / 500, 2.0) for c in completions]
+
+
+def small_thinking_bonus(completions: list[Any], **kwargs: Any) -> list[float]:
+    """Clean twin: capped at 0.2."""
+    return [min(len(c[0]["content"].split("</think>")[0]) / 500, 0.2) for c in completions]
+
+
+@pytest.mark.parametrize(
+    ("funcs", "data", "kind"),
+    [
+        ([contains_answer], PLAIN, "hackable:contains_answer"),
+        ([arith_correct, echo_match], PLAIN, None),
+        ([arith_correct, diversity_bonus], ARITH_THINKING, "hackable:diversity_bonus"),
+        ([arith_correct, small_diversity_bonus], ARITH_THINKING, None),
+        ([arith_correct, thinking_bonus], ARITH_THINKING, "hackable:thinking_bonus"),
+        ([arith_correct, small_thinking_bonus], ARITH_THINKING, None),
+    ],
+    ids=["substring", "substring-clean", "diversity", "diversity-clean", "thinking-length", "thinking-length-clean"],
+)
+def test_a_reward_a_policy_can_earn_without_the_task_is_found(
+    make_grpo_trainer: Any, funcs: list[Any], data: Any, kind: str | None
+) -> None:
+    run = _run(make_grpo_trainer, funcs, data)
+    assert _kinds(run) == ({kind} if kind else set()), run.summary()
+    if kind:
+        assert re.search(r"seen on \d+ of the \d+ rows probed", next(f for f in run.findings if f.kind == kind).message)

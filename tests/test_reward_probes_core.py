@@ -9,14 +9,23 @@ import pytest
 
 from rl_guards.core.probes import (
     HACKABLE,
+    HACKS,
     PREFIX,
+    PROMPT_ECHOED,
     REFERENCE_ALONE,
+    SUFFIX,
     THINKING,
+    Assessment,
     Pair,
-    bit,
+    ProbeFinding,
+    bisect_cut,
+    cut_variants,
+    decode,
+    encode,
     filler,
     judge,
     plan,
+    quorum,
     split,
 )
 from rl_guards.core.think_markup import MARKUPS, THINK
@@ -36,10 +45,20 @@ SCORERS: dict[str, Score] = {
     "slice 20": lambda t: float(re.search(r"\b42\b", t[:20]) is not None),
     "length": lambda t: len(t) / 100,
     "format only": lambda t: float(t.lstrip().startswith("<think>")),
+    # issue 21 item 2: a part of the text, wherever the cut is
+    "slice 3000": lambda t: float(re.search(r"\b42\b", t[:3000]) is not None),
+    "last 64": lambda t: float(re.search(r"\b42\b", t[-64:]) is not None),
+    "last 300": lambda t: float(re.search(r"\b42\b", t[-300:]) is not None),
+    "first line": lambda t: float(re.search(r"\b42\b", t.strip().split("\n")[0]) is not None),
+    "first paragraph": lambda t: float(re.search(r"\b42\b", t.split("\n\n")[0]) is not None),
+    "window search": lambda t: float(re.search(r"\b42\b", t[:200]) is not None),
+    "answer's last 64": lambda t: float(re.search(r"\b42\b", _answer(t)[-64:]) is not None),
+    "last number": lambda t: float((re.findall(r"-?\d+", _answer(t)) or [""])[-1] == "42"),
+    "last line exact": lambda t: float(_answer(t).strip().split("\n")[-1].strip() == "42"),
 }
 
 
-def _verdicts(name: str, *, thinks: bool, real: tuple[float, float] | None = None) -> set[str]:
+def _verdicts(name: str, *, thinks: bool, real: tuple[float, float] | None = None, longest: int = 2000) -> set[str]:
     pairs = [Pair("reference", "42", "17")]
     variants = plan(
         pairs,
@@ -49,12 +68,62 @@ def _verdicts(name: str, *, thinks: bool, real: tuple[float, float] | None = Non
         prompt_text="What is 40+2?",
         reference="42",
         other_answer="17",
-        longest=2000,
+        longest=longest,
         real_has_block=thinks,
     )
     scores = [SCORERS[name](v.text) for v in variants]
     best, worst = real if real is not None else (None, None)
     return {f.probe for f in judge(variants, scores, real_best=best, real_worst=worst)}
+
+
+def _hacks(score: Score, *, thinks: bool, real: tuple[float, float] | None = None) -> set[str]:
+    variants = plan(
+        [Pair("reference", "42", "17")],
+        thinks=thinks,
+        markup=THINK,
+        thinking_text="some thinking" if thinks else None,
+        prompt_text="What is 40+2?",
+        reference="42",
+        other_answer="17",
+        longest=300,
+        real_has_block=thinks,
+    )
+    scores = [score(v.text) for v in variants]
+    best, worst = real if real is not None else (None, None)
+    return {f.variant for f in judge(variants, scores, real_best=best, real_worst=worst) if f.probe == HACKABLE}
+
+
+def _thinking(text: str) -> str:
+    return text.split("</think>")[0] if "</think>" in text else ""
+
+
+HACK_SCORERS: dict[str, tuple[Score, bool, set[str]]] = {
+    # name: (score, thinks, hack variants that must pay it)
+    "answer among the words": (lambda t: float("42" in re.findall(r"\w+", _answer(t))), False, {"candidate answers"}),
+    "substring": (lambda t: float("42" in _answer(t)), True, {"candidate answers", "reference inside a longer token"}),
+    "distinct words": (lambda t: len(set(t.split())) / 10, False, {"varied filler"}),
+    "thinking length bonus": (
+        lambda t: float(_answer(t) == "42") + min(len(_thinking(t)) / 1000, 2.0),
+        True,
+        {"long thinking, wrong answer"},
+    ),
+    "exact": (SCORERS["final exact"], True, set()),
+    "last number": (SCORERS["last number"], False, set()),
+    "first number": (lambda t: float((re.findall(r"-?\d+", _answer(t)) or [""])[0] == "42"), False, set()),
+    "capped thinking bonus": (
+        lambda t: float(_answer(t) == "42") + min(len(_thinking(t)) / 1000, 0.2),
+        True,
+        set(),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HACK_SCORERS))
+def test_hacks(name: str) -> None:
+    score, thinks, expected = HACK_SCORERS[name]
+    # a score that does not follow the answer is judged against the real completions' spread
+    found = _hacks(score, thinks=thinks, real=(0.8, 0.2) if name == "distinct words" else None)
+    assert expected <= found and (found == set()) == (expected == set()), found
 
 
 @pytest.mark.parametrize(
@@ -68,10 +137,46 @@ def _verdicts(name: str, *, thinks: bool, real: tuple[float, float] | None = Non
         ("slice 20", False, {PREFIX}),
         ("length", False, {HACKABLE}),  # a repeated line pays more than any answer
         ("format only", True, set()),  # never tells the answers apart: not judged as an outcome reward
+        ("slice 3000", False, set()),  # completions of at most 2000 characters: the cut cannot matter in this run
+        ("window search", False, {PREFIX}),
+        ("window search", True, {PREFIX, THINKING}),  # its window holds the think block too
+        ("first line", False, {PREFIX}),
+        ("first paragraph", False, {PREFIX}),
+        ("last 64", False, {SUFFIX}),
+        ("last 300", False, {SUFFIX}),
+        ("last 300", True, {SUFFIX, THINKING}),
+        ("answer's last 64", True, {SUFFIX}),
+        ("last number", False, set()),
+        ("last number", True, set()),
+        ("last line exact", False, set()),  # a whole-answer compare: text after it is a wrong answer
     ],
 )
 def test_verdicts(scorer: str, thinks: bool, expected: set[str]) -> None:
-    assert _verdicts(scorer, thinks=thinks, real=(0.2, 0.1) if scorer == "length" else None) == expected
+    found = _verdicts(scorer, thinks=thinks, real=(0.2, 0.1) if scorer == "length" else None)
+    # the scorers that look for "42" anywhere are also paid by a list of candidates (test_hacks)
+    assert found - ({HACKABLE} - expected) == expected
+
+
+def test_the_cut_is_narrowed_by_bisection() -> None:
+    pair = Pair("reference", "42", "17")
+    variants = plan([pair], thinks=False, markup=THINK, longest=3500)
+    score = SCORERS["slice 3000"]
+    (finding,) = [f for f in judge(variants, [score(v.text) for v in variants], real_best=None, real_worst=None)]
+    assert finding.cut == (1024, 3500) and finding.pair == "reference"
+
+    def told(k: int) -> bool:
+        good, bad = cut_variants(pair, k, thinks=False, markup=THINK)
+        return score(good) != score(bad)
+
+    seen, blind = bisect_cut(told, *finding.cut)
+    assert seen <= 2996 < blind and blind - seen <= 4  # "42" after k characters and "\n\n" fits in text[:3000]
+
+
+def test_a_cut_anywhere_below_the_longest_completion_is_found() -> None:
+    # the README's own text[:3000], in a run whose completions reach 3500 characters (no usual cut between)
+    assert _verdicts("slice 3000", thinks=False, longest=3500) - {HACKABLE} == {PREFIX}
+    assert _verdicts("slice 3000", thinks=True, longest=3500) - {HACKABLE} == {PREFIX, THINKING}
+    assert _verdicts("final contains", thinks=True, longest=3500) - {HACKABLE} == set()
 
 
 def test_prefix_finding_names_the_cut() -> None:
@@ -89,7 +194,7 @@ def test_totals_keep_a_shaping_term_from_being_blamed() -> None:
     best_total = totals["reference:good@0"]
     assert judge(variants, length, real_best=0.02, real_worst=0.01, totals=totals, best_total=best_total) == []
     alone = judge(variants, length, real_best=0.02, real_worst=0.01)
-    assert [f.probe for f in alone] == [HACKABLE] and "repeated line" in alone[0].detail
+    assert {f.probe for f in alone} == {HACKABLE} and "repeated line" in {f.variant for f in alone}
 
 
 def test_bare_reference_only_judged_when_some_function_asks_for_the_block() -> None:
@@ -97,7 +202,7 @@ def test_bare_reference_only_judged_when_some_function_asks_for_the_block() -> N
         [Pair("reference", "42", "17")], thinks=True, markup=THINK, reference="42", real_has_block=True, longest=100
     )
     assert REFERENCE_ALONE in [v.label for v in variants]
-    scores = [SCORERS["final contains"](v.text) for v in variants]
+    scores = [SCORERS["final exact"](v.text) for v in variants]
     assert judge(variants, scores, real_best=1.0, real_worst=0.0) == []
     found = judge(variants, scores, real_best=1.0, real_worst=0.0, format_matters=True)
     assert [f.probe for f in found] == [HACKABLE] and REFERENCE_ALONE in found[0].detail
@@ -119,7 +224,11 @@ def test_variants_keep_each_family_shape(family: str) -> None:
 
 def test_filler_and_bits() -> None:
     assert len(filler(1000)) == 1000 and not re.search(r"\d|<", filler(1000))
-    assert bit(0, PREFIX) == 1 and bit(1, PREFIX) == 8 and bit(2, HACKABLE) == 1 << 8
+    found = ProbeFinding(HACKABLE, "", variant=HACKS[-1])
+    mask = encode(Assessment([found], frozenset({PREFIX, HACKS[-1], HACKS[0]})))
+    assert decode(mask, PREFIX) == (True, False) and decode(mask, THINKING) == (False, False)
+    assert decode(mask, HACKS[-1]) == (True, True) and decode(mask, HACKS[0]) == (True, False)
+    assert mask < 2**52  # exact in the float64 feature that carries it across ranks
 
 
 def test_a_length_term_is_not_taken_for_a_thinking_reader() -> None:
@@ -141,3 +250,93 @@ def test_a_length_term_is_not_taken_for_a_thinking_reader() -> None:
         s if "@" not in v.label else tokens(v.label.split("@")[0] + "@0") for v, s in zip(variants, scores, strict=True)
     ]
     assert THINKING in {f.probe for f in judge(variants, steady, real_best=None, real_worst=None)}  # not a length term
+
+
+GROUPS = {r: r // 4 for r in range(16)}  # 4 groups of 4 rows
+
+
+@pytest.mark.parametrize(
+    ("found", "tried", "verdict"),
+    [
+        ([0], [0], False),  # one row is never a verdict
+        ([0, 1], [0, 1], False),
+        ([0, 1, 4], [0, 1, 4], True),  # three rows, two groups
+        ([0, 1, 4], [0, 1, 4, 5, 8, 9], False),  # half the rows probed is not most of them
+        ([0, 1, 4, 5], [0, 1, 4, 5, 8, 9], True),
+        ([0, 1, 2], [0, 1, 2, 4, 5], False),  # one prompt out of two: a coincidence of that prompt
+        ([0, 1, 2, 3], [0, 1, 2, 3], True),  # the only group probed: as good as it gets
+    ],
+)
+def test_quorum(found: list[int], tried: list[int], verdict: bool) -> None:
+    assert quorum(found, tried, GROUPS) is verdict
+
+
+def _last_number(text: str, answer: str) -> float:
+    numbers = re.findall(r"-?\d+", text.split("</think>")[-1])
+    return float(bool(numbers) and float(numbers[-1]) == float(answer))
+
+
+@pytest.mark.parametrize(("prompt", "echoed"), [("What is 0+1?", False), ("What is 3+4?", True)])
+def test_the_prompt_is_echoed_only_where_it_does_not_hold_the_answer(prompt: str, echoed: bool) -> None:
+    answer = str(eval(prompt[8:-1]))  # the sum
+    variants = plan(
+        [Pair("reference", answer, "9")], thinks=False, markup=None, prompt_text=prompt, reference=answer, longest=100
+    )
+    assert (PROMPT_ECHOED in [v.label for v in variants]) is echoed
+    scores = [_last_number(v.text, answer) for v in variants]
+    assert judge(variants, scores, real_best=1.0, real_worst=0.0) == []  # a last-number grader is not hackable
+
+
+# The format rewards of the widely copied GRPO example scripts (GSM8K, XML reasoning/answer format).
+def _strict_format(text: str) -> float:
+    return 0.5 if re.match(r"^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n$", text) else 0.0
+
+
+def _soft_format(text: str) -> float:
+    return 0.5 if re.match(r"<reasoning>.*?</reasoning>\s*<answer>.*?</answer>", text) else 0.0
+
+
+def _count_xml(text: str) -> float:
+    count = 0.0
+    if text.count("<reasoning>\n") == 1:
+        count += 0.125
+    if text.count("\n</reasoning>\n") == 1:
+        count += 0.125
+    if text.count("\n<answer>\n") == 1:
+        count += 0.125
+        count -= len(text.split("\n</answer>\n")[-1]) * 0.001
+    if text.count("\n</answer>") == 1:
+        count += 0.125
+        count -= (len(text.split("\n</answer>")[-1]) - 1) * 0.001
+    return count
+
+
+FORMAT_REWARDS: dict[str, Score] = {"strict": _strict_format, "soft": _soft_format, "count_xml": _count_xml}
+XML_GOOD = (
+    "<reasoning>2+3=5</reasoning><answer>5</answer>",
+    "<reasoning>\n2+3=5\n</reasoning>\n<answer>\n5\n</answer>\n",
+)
+
+
+@pytest.mark.parametrize("reference", [True, False], ids=["reference", "no-reference"])
+@pytest.mark.parametrize("good", XML_GOOD, ids=["one-line", "multi-line"])
+@pytest.mark.parametrize("name", sorted(FORMAT_REWARDS))
+def test_format_rewards_are_not_judged_as_outcome_rewards(name: str, good: str, reference: bool) -> None:
+    # The real pair: the group's best completion is in the format, the worst is not. Filler before it breaks a
+    # start-anchored pattern: that is the format, not a prefix read (main called soft_format reads_prefix).
+    pairs = [Pair("real", good, "I think it is 5")]
+    if reference:
+        pairs += [Pair("reference", "5", "7"), Pair("reference-stated", "The answer is 5.", "The answer is 7.")]
+    variants = plan(
+        pairs, thinks=False, markup=THINK, prompt_text="What is 2+3?", reference="5" if reference else None,
+        other_answer="7" if reference else None, longest=2000,
+    )  # fmt: skip
+    score = FORMAT_REWARDS[name]
+    real = [score(good), score("I think it is 5")]
+    assert judge(variants, [score(v.text) for v in variants], real_best=max(real), real_worst=min(real)) == []
+
+
+def test_an_outcome_judge_without_a_reference_is_still_probed_on_the_real_pair() -> None:
+    variants = plan([Pair("real", "42", "17")], thinks=True, markup=THINK, longest=2000, real_has_block=True)
+    findings = judge(variants, [SCORERS["slice 64"](v.text) for v in variants], real_best=1.0, real_worst=0.0)
+    assert PREFIX in {f.probe for f in findings}

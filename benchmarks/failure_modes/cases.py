@@ -751,3 +751,233 @@ CASES: list[Case] = [
         tags=("grpo",),
     ),
 ]
+
+
+# ----- issue 21: the reward-function probes, one case per class (tags "probes:<class>": recall per class) --------
+
+
+def echo_judge_first_chars(
+    completions: list[Any], answer: list[str], task: list[str], **kwargs: Any
+) -> list[float | None]:
+    """The echo task's judge (None off its task) reading ``completion[:20]``."""
+    return [
+        None if t != "echo" else _judge_score(_text(c)[:20], a)
+        for c, a, t in zip(completions, answer, task, strict=True)
+    ]
+
+
+echo_judge_first_chars.__name__ = "echo_judge"
+
+
+def echo_judge_final(completions: list[Any], answer: list[str], task: list[str], **kwargs: Any) -> list[float | None]:
+    """The same, on the final answer, whole."""
+    scores = judge_final_answer(completions, answer)
+    return [None if t != "echo" else s for s, t in zip(scores, task, strict=True)]
+
+
+echo_judge_final.__name__ = "echo_judge"
+
+
+class ExactAnswer:
+    """One of many small reward functions (a picklable class with a fixed name): the final answer is the answer."""
+
+    def __init__(self, index: int) -> None:
+        self.__name__ = f"exact_{index:02d}"
+
+    def __call__(self, completions: list[Any], answer: list[str], **kwargs: Any) -> list[float | None]:
+        return judge_final_answer(completions, answer)
+
+
+def judge_first_72(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float | None]:
+    """A judge reading ``completion[:72]`` (a cut between the usual probe lengths, below the longest completion)."""
+    return [_judge_score(_text(c)[:72], a) for c, a in zip(completions, answer, strict=True)]
+
+
+judge_first_72.__name__ = "judge"
+
+
+def judge_last_30(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float | None]:
+    """A judge reading ``completion[-30:]``."""
+    return [_judge_score(_text(c)[-30:], a) for c, a in zip(completions, answer, strict=True)]
+
+
+judge_last_30.__name__ = "judge"
+
+
+def _boxed(text: str) -> str | None:
+    match = re.search(r"\\boxed\{([^}]*)\}", text)
+    return match.group(1).strip().lower() if match else None
+
+
+def boxed_whole(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float | None]:
+    """A \\boxed{} grader over the whole completion, thinking included."""
+    return [float(_boxed(_text(c)) == str(a).lower()) for c, a in zip(completions, answer, strict=True)]
+
+
+boxed_whole.__name__ = "judge"
+
+
+def boxed_answer(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float | None]:
+    """The same grader on the answer after the think block."""
+    from rl_guards.testing.rewards import final_answer
+
+    return [float(_boxed(final_answer(_text(c))) == str(a).lower()) for c, a in zip(completions, answer, strict=True)]
+
+
+boxed_answer.__name__ = "judge"
+
+
+def thinking_judge(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float | None]:
+    """A judge handed only the thinking (``split("</think>")[0]``)."""
+    return [_judge_score(_text(c).split("</think>")[0], a) for c, a in zip(completions, answer, strict=True)]
+
+
+thinking_judge.__name__ = "judge"
+
+
+def substring_judge(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float | None]:
+    """Pays the answer anywhere in the final answer ("5" in "15", a list of candidates)."""
+    from rl_guards.testing.rewards import final_answer
+
+    return [float(str(a).lower() in final_answer(_text(c)).lower()) for c, a in zip(completions, answer, strict=True)]
+
+
+substring_judge.__name__ = "judge"
+
+
+def diversity_uncapped(completions: list[Any], **kwargs: Any) -> list[float | None]:
+    """A distinct-word bonus without a cap: varied filler earns more than a right answer."""
+    return [len(set(_text(c).split())) / 20 for c in completions]
+
+
+diversity_uncapped.__name__ = "diversity"
+
+
+def diversity_capped(completions: list[Any], **kwargs: Any) -> list[float | None]:
+    """The same bonus capped at 0.1."""
+    return [min(len(set(_text(c).split())) / 20, 0.1) for c in completions]
+
+
+diversity_capped.__name__ = "diversity"
+
+_NON_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
+
+
+def _probe_other_task(planted: bool, workdir: Path) -> GrpoSpec:
+    from rl_guards.testing.rewards import arith_correct
+
+    return GrpoSpec(
+        reward_funcs=[arith_correct, echo_judge_first_chars if planted else echo_judge_final],
+        dataset=dataset(thinking=False),
+        args=_NON_THINKING,
+    )
+
+
+def _probe_capacity(planted: bool, workdir: Path) -> GrpoSpec:
+    return GrpoSpec(
+        reward_funcs=[ExactAnswer(i) for i in range(19)] + [judge_first_chars if planted else judge_final_answer],
+        dataset=dataset(thinking=False),
+        args=_NON_THINKING,
+    )
+
+
+def _probe_cut(planted: bool, workdir: Path) -> GrpoSpec:
+    # The tiny model's own non-thinking completions stay under ~20 characters, where a cut at 72 cannot matter:
+    # at least 40 tokens are forced (the cap well above, so that they still end). Forced text carries stray think
+    # tags, which the think_tags guard rightly reports: it is off in both runs.
+    return GrpoSpec(
+        reward_funcs=[judge_first_72 if planted else judge_final_answer],
+        dataset=dataset(thinking=False),
+        args={**_NON_THINKING, "max_completion_length": 128, "generation_kwargs": {"min_new_tokens": 40}},
+        guards={"think_tags": {"enabled": False}},
+    )
+
+
+def _probe_suffix(planted: bool, workdir: Path) -> GrpoSpec:
+    # thinking rows: the tiny model's completions reach ~50 characters, past the 30 the judge reads
+    return GrpoSpec(reward_funcs=[judge_last_30 if planted else judge_final_answer])
+
+
+def _probe_thinking(judge: Any, clean: Any) -> Callable[[bool, Path], GrpoSpec]:
+    def build(planted: bool, workdir: Path) -> GrpoSpec:
+        return GrpoSpec(reward_funcs=[judge if planted else clean])
+
+    return build
+
+
+def _probe_substring(planted: bool, workdir: Path) -> GrpoSpec:
+    return GrpoSpec(reward_funcs=[substring_judge if planted else judge_final_answer])
+
+
+def _probe_diversity(planted: bool, workdir: Path) -> GrpoSpec:
+    from rl_guards.testing.rewards import arith_correct, echo_match
+
+    return GrpoSpec(reward_funcs=[arith_correct, echo_match, diversity_uncapped if planted else diversity_capped])
+
+
+CASES += [
+    Case(
+        "probe_other_task_judge",
+        "a task's judge never probed (coverage)",
+        "the echo task's judge returns None off its task and reads completion[:20] (clean: the final answer)",
+        _probe_other_task,
+        expect=(("probes", "reads_prefix:echo_judge"),),
+        tags=("grpo", "probes", "probes:coverage"),
+    ),
+    Case(
+        "probe_twentieth_function",
+        "reward functions past the 17th not probed (capacity)",
+        "19 exact-answer functions, then a judge reading completion[:20] (clean: the final answer)",
+        _probe_capacity,
+        expect=(("probes", "reads_prefix:judge"),),
+        tags=("grpo", "probes", "probes:capacity"),
+    ),
+    Case(
+        "probe_cut_between_lengths",
+        "a prefix cut between the probed lengths",
+        "the judge reads completion[:72] (clean: the final answer); non-thinking rows of 40 tokens or more",
+        _probe_cut,
+        expect=(("probes", "reads_prefix:judge"),),
+        tags=("grpo", "probes", "probes:part"),
+    ),
+    Case(
+        "probe_suffix_read",
+        "a judge that reads only the end",
+        "the judge reads completion[-30:] (clean: the final answer); thinking rows of up to ~50 characters",
+        _probe_suffix,
+        expect=(("probes", "reads_suffix:judge"),),
+        tags=("grpo", "probes", "probes:part"),
+    ),
+    Case(
+        "probe_boxed_reads_thinking",
+        "a \\boxed{} grader that reads the thinking",
+        "the first \\boxed{} of the whole completion (clean: of the answer after the think block)",
+        _probe_thinking(boxed_whole, boxed_answer),
+        expect=(("probes", "reads_thinking:judge"),),
+        tags=("grpo", "probes", "probes:thinking"),
+    ),
+    Case(
+        "probe_judge_of_the_thinking",
+        "a judge that reads only the thinking",
+        "the judge is handed split('</think>')[0] (clean: the final answer)",
+        _probe_thinking(thinking_judge, judge_final_answer),
+        expect=(("probes", "reads_thinking:judge"),),
+        tags=("grpo", "probes", "probes:thinking"),
+    ),
+    Case(
+        "probe_substring_match",
+        "a reward paid by a list of candidates or a longer token",
+        "the answer anywhere in the final answer (clean: the final answer equals it)",
+        _probe_substring,
+        expect=(("probes", "hackable:judge"),),
+        tags=("grpo", "probes", "probes:hackable"),
+    ),
+    Case(
+        "probe_diversity_bonus",
+        "a distinct-word bonus worth more than a right answer",
+        "diversity = distinct words / 20, uncapped, next to the task rewards (clean: capped at 0.1)",
+        _probe_diversity,
+        expect=(("probes", "hackable:diversity"),),
+        tags=("grpo", "probes", "probes:hackable"),
+    ),
+]

@@ -20,20 +20,27 @@ against another row's when the dataset has a reference column. Three questions:
   reference answer alone without the think block the run's completions have, another prompt's answer. One that the
   function scores at or above the best answer it gave a real (or reference) completion, above the worst, and whose
   weighted total across the run's functions also reaches the best real total, is reward the policy can earn
-  without doing the task.
+  without doing the task. The prompt echoed is tried only where the prompt does not hold the answer itself.
+
+A function whose score does not follow the answer (swapped right <-> wrong in the same shape) is a format or
+shaping reward: it is judged for degenerate completions only. One row proves nothing: a verdict needs the finding
+on at least ``QUORUM`` rows, most of the rows it was tried on, from more than one group where there are several
+(:func:`quorum`); :func:`encode` packs one function's verdict on a row into the bits that cross ranks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rl_guards.core.think_markup import ThinkMarkup, scan
 
 PREFIX = "prefix"
+SUFFIX = "suffix"
 THINKING = "thinking"
 HACKABLE = "hackable"
-PROBES: tuple[str, ...] = (PREFIX, THINKING, HACKABLE)  # bit order of a function's verdicts (see ``bit``)
+PROBES: tuple[str, ...] = (PREFIX, SUFFIX, THINKING, HACKABLE)
 
 PREFIX_CUTS: tuple[int, ...] = (20, 64, 256, 1024, 4096)  # characters of neutral text before the answer
 FILLER = "Let me look at each part of the question carefully before I answer. "  # no digits, no tags
@@ -42,6 +49,40 @@ REPEATS = 40  # lines of the repeated-line variant
 TOLD = 0.5  # a pair counts as told apart when its score gap is at least this share of the gap at k = 0
 EPS = 1e-9
 REFERENCE_ALONE = "reference answer alone, no think block"
+# the forms answers are graded in (bare is the pair as it is; "last line" is how the leak states a bare answer)
+REFERENCE_FORMS: tuple[tuple[str, str], ...] = (
+    ("stated", "The answer is {}."),
+    ("boxed", "\\boxed{{{}}}"),
+    ("tagged", "<answer>{}</answer>"),
+    ("hash", "#### {}"),
+)
+PROMPT_ECHOED = "prompt echoed"
+# the degenerate variants, in bit order (see ``encode``); new ones go at the end
+HACKS: tuple[str, ...] = (
+    "empty answer",
+    "only think tags",
+    "repeated line",
+    PROMPT_ECHOED,
+    "another prompt's answer",
+    REFERENCE_ALONE,
+    "varied filler",
+    "candidate answers",
+    "reference inside a longer token",
+    "long thinking, wrong answer",
+)
+# distinct words, no digits, no answer: what a reward counting distinct words pays
+VARIED_WORDS = (
+    "about above across after again against along among around because before behind below beneath beside "
+    "between beyond during except inside little middle nearly number often order other outside over perhaps "
+    "quite rather really second since small something sometimes still system table there these thing those "
+    "though through toward under until upon usually value various where whether which while within without "
+    "world would yellow garden window morning evening silver golden river mountain forest ocean desert island "
+    "bridge castle market street village winter summer autumn spring thunder shadow candle mirror pencil"
+)
+DIGITS = "0123456789"
+SCORED = "scored"  # a row's mask: the function scored the variants (not None for all of them: its task)
+RAISED = "raised"  # a row's mask: the function raised on the variants
+QUORUM = 3  # a verdict needs the finding on at least this many rows, and on most of the rows it was tried on
 
 
 @dataclass(frozen=True)
@@ -58,10 +99,19 @@ class Pair:
     """A good and a bad answer for one row (answer text only, no think block)."""
 
     # "real" (the group's best and worst completions), "reference" (the dataset's answers as they are) or
-    # "reference-stated" (the same, in a sentence: "The answer is X.", for scorers that need an anchor)
+    # "reference-<form>" (the same in a form scorers look for: REFERENCE_FORMS)
     name: str
     good: str
     bad: str
+    bad_bare: str = ""  # a formed pair: the wrong answer without its form (an answer part a form-reader skips)
+
+
+def reference_pairs(name: str, right: str, wrong: str) -> list[Pair]:
+    """A reference answer against a wrong one, as they are and in each of ``REFERENCE_FORMS``."""
+    pairs = [Pair(name, right, wrong)]
+    for form_name, form in REFERENCE_FORMS:
+        pairs.append(Pair(f"{name}-{form_name}", form.format(right), form.format(wrong), bad_bare=wrong))
+    return pairs
 
 
 @dataclass(frozen=True)
@@ -70,11 +120,67 @@ class ProbeFinding:
 
     probe: str
     detail: str  # for the message: the estimated cut, the scores, the variant
+    variant: str = ""  # HACKABLE: the degenerate variant's label (one of ``HACKS``)
+    pair: str = ""  # PREFIX: the pair that showed it, the last length still told apart and the first not,
+    cut: tuple[int, int] = (0, 0)  # and the pair's scores with the answer first (for :func:`bisect_cut`)
+    scores: tuple[float, float] = (0.0, 0.0)
 
 
-def bit(function_index: int, probe: str) -> int:
-    """The bit of ``probe`` for the function at ``function_index`` in a row's verdict mask."""
-    return 1 << (function_index * len(PROBES) + PROBES.index(probe))
+@dataclass(frozen=True)
+class Assessment:
+    """One function on one row: its findings, and what could be judged (the denominators of the quorum)."""
+
+    findings: list[ProbeFinding]
+    tried: frozenset[str]  # PREFIX / THINKING when judged on this row, and the labels of the hack variants judged
+
+
+def _bits(key: str) -> tuple[int, int]:
+    """(tried bit, found bit) of a probe (PREFIX, THINKING) or a hack variant label in a row's mask."""
+    index = (SCORED, RAISED, PREFIX, SUFFIX, THINKING, *HACKS).index(key)
+    return 1 << (2 * index), 1 << (2 * index + 1)
+
+
+def encode(assessment: Assessment | None, *, raised: bool = False) -> int:
+    """One function's verdict on one row as a bit mask (exact in a float64: 2 bits per key, under 52 bits);
+    None: it scored none of the variants (another task's function), ``raised``: it raised on them."""
+    if assessment is None:
+        return _bits(RAISED)[0] if raised else 0
+    mask = _bits(SCORED)[0]
+    for key in assessment.tried:
+        mask |= _bits(key)[0]
+    for finding in assessment.findings:
+        mask |= _bits(finding.variant if finding.probe == HACKABLE else finding.probe)[1]
+    return mask
+
+
+def decode(mask: int, key: str) -> tuple[bool, bool]:
+    """(tried, found) of ``key`` (PREFIX, THINKING or a hack label) in a mask from :func:`encode`; for SCORED and
+    RAISED the first says whether the function scored (raised on) the row's variants."""
+    tried, found = _bits(key)
+    return bool(mask & tried), bool(mask & found)
+
+
+def quorum(found: Sequence[int], tried: Sequence[int], group_of: Mapping[int, int]) -> bool:
+    """Whether rows ``found`` (of the rows ``tried``) make a verdict: at least ``QUORUM`` rows, most of those
+    tried, and from two groups or more when the rows tried come from more than one (one prompt can be a
+    coincidence: a last-number grader paid by the echoed "What is 0+1?")."""
+    if len(found) < QUORUM or 2 * len(found) <= len(tried):
+        return False
+    groups_tried = {group_of[r] for r in tried}
+    return len({group_of[r] for r in found}) >= min(2, len(groups_tried))
+
+
+def answer_in(needle: str, haystack: str) -> bool:
+    """Whether a short answer occurs in ``haystack`` (case-insensitive): then an echo of it is not degenerate."""
+    needle = needle.strip().lower()
+    return bool(needle) and needle in haystack.lower()
+
+
+def swapped(text: str) -> str | None:
+    """``text`` with every digit moved by one (a wrong answer in the same format), None when it has no digit."""
+    if not any(c in DIGITS for c in text):
+        return None
+    return "".join(DIGITS[(DIGITS.index(c) + 1) % 10] if c in DIGITS else c for c in text)
 
 
 def filler(chars: int) -> str:
@@ -130,41 +236,118 @@ def plan(
     block = thinks and markup is not None
 
     def shaped(prefix: str, answer: str) -> str:
-        if block:  # a think block is never empty here: some scorers pay nothing after an empty one
-            return compose(prefix or NEUTRAL_LINE, answer, markup, prompt_opened)
-        return f"{prefix}\n\n{answer}" if prefix else answer
+        return _shaped(prefix, answer, markup if block else None, prompt_opened)
 
-    cuts = [k for k in PREFIX_CUTS if k <= max(longest, PREFIX_CUTS[0])]
+    # any cut that can matter in this run: the usual lengths below the longest completion, and the longest itself
+    cuts = sorted({k for k in PREFIX_CUTS if k < longest} | {max(longest, PREFIX_CUTS[0])})
     out: list[Variant] = []
     for pair in pairs:
         out.append(Variant(PREFIX, f"{pair.name}:good@0", shaped("", pair.good)))
         out.append(Variant(PREFIX, f"{pair.name}:bad@0", shaped("", pair.bad)))
-        for k in cuts:
+        real = not pair.name.startswith("reference")
+        if real and swapped(pair.good) is not None:  # same format, another answer: does the function read it?
+            out.append(Variant(PREFIX, f"{pair.name}:swap@0", shaped("", swapped(pair.good) or "")))
+        # Text before a real completion changes its format (a pattern anchored at its start, a tag count); only
+        # inside the think block does the prefix keep it. The reference pairs are bare answers: any place is fine.
+        for k in cuts if block or not real else ():
             out.append(Variant(PREFIX, f"{pair.name}:good@{k}", shaped(filler(k), pair.good)))
             out.append(Variant(PREFIX, f"{pair.name}:bad@{k}", shaped(filler(k), pair.bad)))
-        if cuts:  # the answer first, then as much text after it: a slice still sees it, a whole-text match does not
-            tail = "\n\n" + filler(cuts[-1])
-            out.append(Variant(PREFIX, f"{pair.name}:good@tail", shaped("", pair.good) + tail))
-            out.append(Variant(PREFIX, f"{pair.name}:bad@tail", shaped("", pair.bad) + tail))
+        # the answer, then text after it: a prefix slice still sees it at any length, a whole-text match at none,
+        # a suffix slice (text[-k:]) only while the text after it is shorter than k
+        for k in cuts if block or not real else ():
+            label = "tail" if k == cuts[-1] else f"t{k}"
+            out.append(Variant(PREFIX, f"{pair.name}:good@{label}", shaped("", pair.good) + "\n\n" + filler(k)))
+            out.append(Variant(PREFIX, f"{pair.name}:bad@{label}", shaped("", pair.bad) + "\n\n" + filler(k)))
         if block and pair.good.strip():
-            leak = f"{filler(64)}So the answer is {pair.good}."
+            # the right answer stated in the think block (in the pair's form, or as a sentence and on its last line
+            # when bare), the wrong one after it in the same form. (Not with the answer left out or unformed: a
+            # grader that falls back to the thinking's answer only then still grades the answer the policy gives.)
+            def stated(answer: str, formed: bool = bool(pair.bad_bare)) -> str:
+                return filler(64) + (f"\n{answer}" if formed else f"So the answer is {answer}.\n{answer}")
+
+            leak = stated(pair.good)
             out.append(Variant(THINKING, f"{pair.name}:leak", compose(leak, pair.bad, markup, prompt_opened)))
             neutral = compose(filler(len(leak)), pair.bad, markup, prompt_opened)
             out.append(Variant(THINKING, f"{pair.name}:neutral", neutral))
+            if not real:  # the right or the wrong answer in the pair's own form, none after: a judge of the
+                for label, answer in (("leak-empty", pair.good), ("wrong-leak-empty", pair.bad)):  # thinking follows it
+                    block_text = stated(answer, formed=True)  # as the answers it does not tell apart are written
+                    out.append(
+                        Variant(THINKING, f"{pair.name}:{label}", compose(block_text, "", markup, prompt_opened))
+                    )
     hacks: dict[str, str] = {"empty answer": compose(thinking_text or filler(64), "", markup, prompt_opened)}
     if not block:
         hacks["empty answer"] = ""
     if markup is not None:
         hacks["only think tags"] = compose("", "", markup, prompt_opened)
     hacks["repeated line"] = "\n".join([NEUTRAL_LINE] * REPEATS)
-    if prompt_text.strip():
-        hacks["prompt echoed"] = prompt_text
+    # an echo is degenerate only where the prompt does not itself hold the answer ("What is 0+1?" ends with it)
+    answers = [str(reference)] if reference is not None else []
+    answers += [p.good for p in pairs if len(p.good.strip()) <= 64]
+    if prompt_text.strip() and not any(answer_in(a, prompt_text) for a in answers):
+        hacks[PROMPT_ECHOED] = prompt_text
     if other_answer is not None and other_answer.strip() and other_answer != reference:
         hacks["another prompt's answer"] = shaped(filler(64), other_answer) if block else other_answer
     if reference is not None and str(reference).strip() and block and real_has_block:
         hacks[REFERENCE_ALONE] = str(reference)
+    hacks["varied filler"] = shaped(filler(64), VARIED_WORDS) if block else VARIED_WORDS
+    ref = str(reference).strip() if reference is not None else ""
+    if ref:
+        # the right answer among wrong ones (never first or last), and inside a longer token ("5" in "15")
+        candidates = ", ".join(_candidates(ref, other_answer))
+        hacks["candidate answers"] = shaped(filler(64), candidates) if block else candidates
+        longer = f"1{ref}" if ref.lstrip("-").isdigit() else f"un{ref}"
+        hacks["reference inside a longer token"] = shaped(filler(64), longer) if block else longer
+    if block and other_answer is not None and other_answer.strip() and other_answer != reference:
+        long_thinking = filler(4 * max(longest, PREFIX_CUTS[2]))  # longer than any real thinking
+        hacks["long thinking, wrong answer"] = compose(long_thinking, other_answer, markup, prompt_opened)
     out += [Variant(HACKABLE, label, text) for label, text in hacks.items()]
     return out
+
+
+def _shaped(prefix: str, answer: str, markup: ThinkMarkup | None, prompt_opened: bool) -> str:
+    """``answer`` after ``prefix``: inside a think block (``markup``; never empty there: some scorers pay nothing
+    after an empty one), else as a paragraph before it."""
+    if markup is not None:
+        return compose(prefix or NEUTRAL_LINE, answer, markup, prompt_opened)
+    return f"{prefix}\n\n{answer}" if prefix else answer
+
+
+def cut_variants(
+    pair: Pair, k: int, *, thinks: bool, markup: ThinkMarkup | None, prompt_opened: bool = False
+) -> tuple[str, str]:
+    """The pair's good and bad answers after ``k`` characters of neutral text, as :func:`plan` builds them."""
+    shape = markup if thinks else None
+    return _shaped(filler(k), pair.good, shape, prompt_opened), _shaped(filler(k), pair.bad, shape, prompt_opened)
+
+
+def bisect_cut(told: Callable[[int], bool], seen: int, blind: int, *, rounds: int = 10) -> tuple[int, int]:
+    """Narrow (last length told apart, first not) by bisection; ``told(k)``: the pair is told apart at ``k``."""
+    for _ in range(rounds):
+        if blind - seen <= 4:
+            break
+        mid = (seen + blind) // 2
+        seen, blind = (mid, blind) if told(mid) else (seen, mid)
+    return seen, blind
+
+
+def prefix_detail(good0: float, bad0: float, seen: int, blind: int) -> str:
+    """The message of a prefix finding."""
+    return (
+        f"tells the right answer ({good0:g}) from a wrong one ({bad0:g}) when the answer comes first, but not once "
+        f"{blind} characters come before it: it reads only the first {seen}-{blind} characters (a text[:N] before "
+        "scoring, only the first line or paragraph, or a pattern anchored at the start)"
+    )
+
+
+def _candidates(reference: str, other: str | None) -> list[str]:
+    """Wrong answers around the right one, which is neither first nor last (a first- or last-match grader is not
+    paid by the list itself)."""
+    if reference.lstrip("-").isdigit():
+        n = int(reference)
+        return [str(n + d) for d in (3, -2, 1, 0, -1, 2, -3)]
+    wrong = other if other is not None and other.strip() and other != reference else "none"
+    return [wrong, "maybe", reference, "unknown", wrong + "s"]
 
 
 def _gap(by_label: Mapping[str, float | None], pair: str, k: int | str) -> float | None:
@@ -172,7 +355,12 @@ def _gap(by_label: Mapping[str, float | None], pair: str, k: int | str) -> float
     return None if good is None or bad is None else good - bad
 
 
-def judge(
+def judge(variants: Sequence[Variant], scores: Sequence[float | None], **kwargs: Any) -> list[ProbeFinding]:
+    """The findings of :func:`assess` (one row, no quorum)."""
+    return assess(variants, scores, **kwargs).findings
+
+
+def assess(
     variants: Sequence[Variant],
     scores: Sequence[float | None],
     *,
@@ -184,8 +372,9 @@ def judge(
     check_thinking: bool = True,
     format_matters: bool = False,
     strict: bool = False,
-) -> list[ProbeFinding]:
-    """One function's findings from its scores of ``variants`` (None: it did not score that variant).
+) -> Assessment:
+    """One function's findings on one row from its scores of ``variants`` (None: it did not score that variant),
+    and what could be judged there (a verdict over rows needs :func:`quorum`).
 
     ``real_best`` / ``real_worst``: its best and worst scores of the group's real completions; ``totals``: each
     hack variant's weighted total over every function, ``best_total`` the best total a real or reference
@@ -194,46 +383,87 @@ def judge(
     think block; only then is the bare answer judged (a run that rewards no format does not ask for the block).
     ``strict``: the run's total does not tell a right answer from a wrong one on this row (nobody in the group is
     right yet and there is no reference), so only a variant that earns strictly more than the best is flagged.
+
+    A function that does not read the answer (the reference pairs' answers swapped in the same shape score alike,
+    or, with no reference, the real best answer with its digits changed) is a format or shaping reward: the real
+    pair, whose two sides differ in format too, says nothing about where it reads; it is judged for hacks only.
     """
     by_label = {v.label: s for v, s in zip(variants, scores, strict=True)}
     pairs = list(dict.fromkeys(v.label.split(":")[0] for v in variants if v.probe == PREFIX))
+    references = [p for p in pairs if p.startswith("reference")]
+    if references:
+        reads_answer = any(abs(_gap(by_label, p, 0) or 0.0) > EPS for p in references)
+    else:
+        reads_answer = all(
+            abs((by_label.get(f"{p}:good@0") or 0.0) - (by_label.get(f"{p}:swap@0") or 0.0)) > EPS
+            for p in pairs
+            if f"{p}:swap@0" in by_label and by_label[f"{p}:swap@0"] is not None
+        )
     out: list[ProbeFinding] = []
+    tried: set[str] = set()
     best = real_best
     worst = real_worst
     for pair in pairs:
         gap0 = _gap(by_label, pair, 0)
         if gap0 is None or abs(gap0) <= EPS:
-            continue  # this function does not tell the pair apart: nothing to learn from it
+            # it does not tell the answers apart; does it tell apart the answers its think block states?
+            right, wrong = by_label.get(f"{pair}:leak-empty"), by_label.get(f"{pair}:wrong-leak-empty")
+            if check_thinking and gap0 is not None and right is not None and wrong is not None:
+                tried.add(THINKING)
+                if right - wrong > max(EPS, TOLD * max(abs(right), abs(wrong))) and not any(
+                    f.probe == THINKING for f in out
+                ):
+                    out.append(
+                        ProbeFinding(
+                            THINKING,
+                            f"scores a think block that states the right answer {right:g} and one that states a wrong "
+                            f"one {wrong:g} ({pair} form), but the answers themselves alike: it grades the thinking, "
+                            "not the answer",
+                        )
+                    )
+            continue  # this function does not tell the pair apart: nothing more to learn from it
         good0, bad0 = by_label[f"{pair}:good@0"], by_label[f"{pair}:bad@0"]
         assert good0 is not None and bad0 is not None
         if pair.startswith("reference"):
             best = good0 if best is None else max(best, good0)
             worst = bad0 if worst is None else min(worst, bad0)
-        if check_prefix and not any(f.probe == PREFIX for f in out):
-            finding = _prefix_finding(by_label, pair, gap0, good0, bad0)
-            if finding is not None:
-                out.append(finding)
-        leak, neutral = by_label.get(f"{pair}:leak"), by_label.get(f"{pair}:neutral")
+        elif not reads_answer:
+            continue  # a format reward told the real pair apart by its format
+        if check_prefix and f"{pair}:good@tail" in by_label:
+            tried.add(PREFIX)
+            tried.add(SUFFIX)
+            for probe, find in ((PREFIX, _prefix_finding), (SUFFIX, _suffix_finding)):
+                if not any(f.probe == probe for f in out):
+                    finding = find(by_label, pair, gap0, good0, bad0)
+                    if finding is not None:
+                        out.append(finding)
         if _length_driven(by_label, pair, gap0, good0):
             continue  # its score follows the text's length (a length term): leak and neutral differ in tokens
-        if check_thinking and leak is not None and neutral is not None and not any(f.probe == THINKING for f in out):
-            if (leak - neutral) / gap0 >= TOLD:
+        leak, neutral = by_label.get(f"{pair}:leak"), by_label.get(f"{pair}:neutral")
+        if check_thinking and leak is not None and neutral is not None:
+            tried.add(THINKING)
+            if (leak - neutral) / gap0 >= TOLD and not any(f.probe == THINKING for f in out):
                 out.append(
                     ProbeFinding(
                         THINKING,
-                        f"scores the same wrong answer {leak:g} after a think block that states the right one and "
-                        f"{neutral:g} after a neutral block (right answer {good0:g}, wrong {bad0:g}): it reads the "
-                        "thinking, not only the answer",
+                        f"scores the same wrong answer {leak:g} after a think block that states the right one ({pair} "
+                        f"form) and {neutral:g} after a neutral block (right answer {good0:g}, wrong {bad0:g}): it "
+                        "reads the thinking, not only the answer",
                     )
                 )
     if best is None or worst is None or best - worst <= EPS:
-        return out
-    margin = EPS if strict else -EPS  # strictly above the best, or at least as much
+        return Assessment(out, frozenset(tried))
+    # strictly above the best, or at least as much; a function that does not read the answer (a length or format
+    # term) paying a degenerate completion its best is its design: it is only to blame when that beats the best
+    margin = EPS if strict or not reads_answer else -EPS
     for v in variants:
         score = by_label.get(v.label)
-        if v.probe != HACKABLE or score is None or score <= best + margin:
+        if v.probe != HACKABLE or score is None or v.label not in HACKS:
             continue
         if v.label == REFERENCE_ALONE and not format_matters:
+            continue
+        tried.add(v.label)
+        if score <= best + margin:
             continue
         if totals is not None and best_total is not None and totals.get(v.label, best_total) <= best_total + margin:
             continue  # another function keeps the total below the best completion's: not earnable
@@ -242,10 +472,10 @@ def judge(
                 HACKABLE,
                 f"pays the degenerate completion '{v.label}' {score:g}, as much as its best real or reference "
                 f"answer ({best:g}; worst {worst:g}): {_show(v.text)}",
+                variant=v.label,
             )
         )
-        break  # one degenerate variant is enough to show it
-    return out
+    return Assessment(out, frozenset(tried))
 
 
 def _length_driven(by_label: Mapping[str, float | None], pair: str, gap0: float, good0: float) -> bool:
@@ -267,7 +497,9 @@ def _prefix_finding(
     if tail is None or abs(tail) < TOLD * abs(gap0):
         return None  # text after the answer changes the verdict too: it compares the whole text, not a prefix
     cuts = sorted(
-        int(label.split("@")[1]) for label in by_label if label.startswith(f"{pair}:good@") and label[-1].isdigit()
+        int(label.split("@")[1])
+        for label in by_label
+        if label.startswith(f"{pair}:good@") and label.split("@")[1].isdigit()
     )
     cuts = [k for k in cuts if k > 0 and _gap(by_label, pair, k) is not None]
     told = {k: abs(_gap(by_label, pair, k) or 0.0) >= TOLD * abs(gap0) for k in cuts}
@@ -275,11 +507,38 @@ def _prefix_finding(
     if not blind or any(told[k] for k in cuts if k > blind[0]):
         return None
     seen = max([0, *(k for k in cuts if told[k] and k < blind[0])])
+    detail = prefix_detail(good0, bad0, seen, blind[0])
+    return ProbeFinding(PREFIX, detail, pair=pair, cut=(seen, blind[0]), scores=(good0, bad0))
+
+
+def _suffix_finding(
+    by_label: Mapping[str, float | None], pair: str, gap0: float, good0: float, bad0: float
+) -> ProbeFinding | None:
+    """Told apart with a little text after the answer, not with more (and with any text before it): ``text[-k:]``."""
+    tails = sorted(
+        int(label.split("@t")[1])
+        for label in by_label
+        if label.startswith(f"{pair}:good@t") and label.split("@t")[1].isdigit()
+    )
+    if not tails or _gap(by_label, pair, "tail") is None:
+        return None
+    cuts = [
+        int(label.split("@")[1])
+        for label in by_label
+        if label.startswith(f"{pair}:good@") and label.split("@")[1].isdigit() and label.split("@")[1] != "0"
+    ]
+    if any(abs(_gap(by_label, pair, k) or 0.0) < TOLD * abs(gap0) for k in cuts):
+        return None  # text before the answer matters too: not a read of the end only
+    lengths = [*tails, max(cuts, default=tails[-1] + 1)]  # the longest tail is labelled "tail"
+    told = [abs(_gap(by_label, pair, f"t{k}" if k in tails else "tail") or 0.0) >= TOLD * abs(gap0) for k in lengths]
+    if not told[0] or all(told) or any(told[i] for i in range(told.index(False), len(told))):
+        return None  # a whole-text match (blind at once), or it reads the answer wherever it is
+    blind = lengths[told.index(False)]
+    seen = max(k for k, t in zip(lengths, told, strict=True) if t)
     return ProbeFinding(
-        PREFIX,
-        f"tells the right answer ({good0:g}) from a wrong one ({bad0:g}) when the answer comes first, but not once "
-        f"{blind[0]} characters come before it: it reads only the first {seen}-{blind[0]} characters (a text[:N] "
-        "before scoring, or a pattern anchored at the start)",
+        SUFFIX,
+        f"tells the right answer ({good0:g}) from a wrong one ({bad0:g}) with {seen} characters after it, but not "
+        f"with {blind}: it reads only the last {seen}-{blind} characters (a text[-N:] before scoring)",
     )
 
 
@@ -289,17 +548,34 @@ def _show(text: str, chars: int = 120) -> str:
 
 __all__ = [
     "HACKABLE",
+    "HACKS",
     "PREFIX",
     "PROBES",
+    "PROMPT_ECHOED",
+    "QUORUM",
+    "RAISED",
     "REFERENCE_ALONE",
+    "REFERENCE_FORMS",
+    "SCORED",
+    "SUFFIX",
     "THINKING",
+    "Assessment",
     "Pair",
     "ProbeFinding",
     "Variant",
-    "bit",
+    "answer_in",
+    "assess",
+    "bisect_cut",
     "compose",
+    "cut_variants",
+    "decode",
+    "encode",
     "filler",
     "judge",
     "plan",
+    "prefix_detail",
+    "quorum",
+    "reference_pairs",
     "split",
+    "swapped",
 ]

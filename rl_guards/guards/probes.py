@@ -15,15 +15,26 @@ from rl_guards.core.batch import RolloutBatch
 from rl_guards.core.completions import completion_text
 from rl_guards.core.probes import (
     HACKABLE,
+    HACKS,
     PREFIX,
-    PROBES,
+    RAISED,
     REFERENCE_ALONE,
+    SCORED,
+    SUFFIX,
     THINKING,
+    TOLD,
+    Assessment,
     Pair,
-    Variant,
-    bit,
-    judge,
+    ProbeFinding,
+    assess,
+    bisect_cut,
+    cut_variants,
+    decode,
+    encode,
     plan,
+    prefix_detail,
+    quorum,
+    reference_pairs,
     split,
 )
 from rl_guards.errors import RewardProbeError
@@ -32,10 +43,12 @@ from rl_guards.guards.think_tags import markup_from_config
 from rl_guards.rewards.slicing import drain_watched
 
 REFERENCE_COLUMNS: tuple[str, ...] = ("answer", "solution", "ground_truth", "reference", "target", "gold", "label")
-_KINDS = {PREFIX: "reads_prefix", THINKING: "reads_thinking", HACKABLE: "hackable"}
+_KINDS = {PREFIX: "reads_prefix", SUFFIX: "reads_suffix", THINKING: "reads_thinking", HACKABLE: "hackable"}
 _FIXES = {
     PREFIX: "Fix: remove the slice (or the start anchor) before scoring, or list the function in probes.prefix_ok "
     "if it is meant to read only the start.",
+    SUFFIX: "Fix: remove the slice of the end (text[-N:]) before scoring, or list the function in probes.prefix_ok "
+    "if it is meant to read only the end.",
     THINKING: "Fix: score the answer after the think block only (rl_guards.rewards.blind_judge does it for any "
     "judge), or list the function in probes.process_rewards if it is meant to grade the reasoning.",
     HACKABLE: "Fix: make the function check what it pays for (the expected format, the reference answer), or add a "
@@ -70,15 +83,21 @@ class RewardProbeGuard(Guard):
 
     Due at the first train batch, then at a train batch ``probes.every_steps`` steps after the last probe as long as
     the extra reward calls stay within ``probes.budget`` of the run's reward calls (the first probe aside). Each
-    rank probes ``probes.rows`` of its own rows (the best of a group it holds); the verdicts are per-row bits
-    gathered like every feature, so all ranks agree. Functions probed: every plain Python reward function except
-    those in ``probes.skip`` (reward models never). The calls get no-op ``log_metric``/``log_extra``, so the run's
-    metrics and completions table never see them; the rewards used for training are never touched; a function that
-    raises on a variant is left out of that probe.
+    rank probes up to ``probes.rows`` of its own rows of each task, spread over the groups (those whose totals vary
+    first, the best rows of each first); each function's verdict on a row is a feature of bits gathered like every
+    feature (one per function: no limit on their number), so all ranks agree. A violation needs a quorum of the
+    rows (:func:`rl_guards.core.probes.quorum`: at least three, most of those the probe could judge, from more
+    than one group where there are several) and says on how many rows of how many it was seen.
+
+    Functions probed: every plain Python reward function except those in ``probes.skip`` (reward models never). The
+    calls get no-op ``log_metric``/``log_extra``, so the run's metrics and completions table never see them; the
+    rewards used for training are never touched; a function that raises on a variant is left out of that probe.
 
     Violations (default mode warn, :class:`~rl_guards.errors.RewardProbeError`), one kind per function:
-    ``reads_prefix:<fn>``, ``reads_thinking:<fn>`` (not for ``probes.process_rewards``), ``hackable:<fn>``; each
-    names the function, the variant and its score, and the row's prompt.
+    ``reads_prefix:<fn>``, ``reads_suffix:<fn>`` (neither for ``probes.prefix_ok``), ``reads_thinking:<fn>`` (not
+    for ``probes.process_rewards``), ``hackable:<fn>``; each names the function, the variant and its score, on how
+    many rows of how many, and a row's prompt. :meth:`coverage_text` says what the probes covered: each function's
+    rows per task, the tasks it returned None on (not its task) or raised on, the functions never probed and why.
 
     ======================================  ==================================================================
     key                                     value
@@ -91,20 +110,42 @@ class RewardProbeGuard(Guard):
 
     name: ClassVar[str] = "probes"
     config_field: ClassVar[str] = "probes"
-    FEATURES: ClassVar[tuple[str, ...]] = ("found", "calls")
+    FEATURES: ClassVar[tuple[str, ...]] = ("probed", "calls")  # + one verdict mask per reward function (setup)
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
         self.config: ProbesConfig
         self._details: dict[int, list[dict[str, str]]] = {}  # held row -> findings with their text
+        self._cache: dict[tuple[int, int], dict[str, float | None]] = {}  # (function, group) -> text -> score
         self.probes_run = 0
         self.last_step = -1
         self.extra_calls = 0.0  # extra reward calls of every probe after the first, all ranks
         self.first_calls = 0.0
         self.run_calls = 0.0  # reward calls the trainer made for train batches, all ranks
         self.last_cost = 0.0
+        self.coverage: dict[str, Any] = {}  # what the probes covered so far: see coverage_text()
+        self.tasks_probed: set[str] = set()  # tasks whose rows were probed at least once (on this rank)
+        self._regular = False  # this batch's probe is a scheduled one (not the first probe of a new task)
+
+    def setup(self, ctx: Any) -> None:
+        super().setup(ctx)
+        # one feature per reward function (its verdict bits on the row): any number of functions is probed
+        self.FEATURES = (*type(self).FEATURES, *(f"fn{i}" for i in range(len(ctx.reward_funcs))))  # type: ignore[misc]
 
     # ----- which functions, when --------------------------------------------------------------------------
+    def not_probed(self) -> dict[str, str]:
+        """Reward functions never probed, and why."""
+        names = self.ctx.reward_func_names or [
+            getattr(f, "__name__", str(i)) for i, f in enumerate(self.ctx.reward_funcs)
+        ]
+        out = {}
+        for name, fn in zip(names, self.ctx.reward_funcs, strict=False):
+            if name in self.config.skip:
+                out[name] = "listed in probes.skip"
+            elif _is_model(fn) or not callable(fn):
+                out[name] = "a reward model"
+        return out
+
     def functions(self) -> list[tuple[int, str, Any]]:
         """(index, name, function) of the reward functions probed."""
         names = self.ctx.reward_func_names or [
@@ -114,7 +155,7 @@ class RewardProbeGuard(Guard):
         return [
             (i, name, fn)
             for i, (name, fn) in enumerate(zip(names, self.ctx.reward_funcs, strict=False))
-            if name not in skip and callable(fn) and not _is_model(fn) and i * len(PROBES) + len(PROBES) <= 52
+            if name not in skip and callable(fn) and not _is_model(fn)
         ]
 
     def _reference_columns(self, columns: set[str]) -> list[str]:
@@ -148,17 +189,31 @@ class RewardProbeGuard(Guard):
     # ----- per batch -------------------------------------------------------------------------------------
     def scan(self, batch: RolloutBatch) -> dict[str, list[float]]:
         held = list(batch.held_rows)
-        found = dict.fromkeys(held, 0.0)
+        masks: dict[int, dict[int, int]] = {}
         calls = 0
         self._details = {}
-        if held and self.due(batch):
-            for row in self._rows_to_probe(batch, held):
-                bits, made = self._probe_row(batch, row, held)
-                found[row] = float(bits)
+        self._cache = {}
+        self._regular = bool(held) and self.due(batch)
+        rows: list[int] = []
+        if self._regular:
+            rows = self._rows_to_probe(batch, held)
+        elif held and batch.mode == "train" and self.functions():
+            # a task the probes have not seen yet gets its first probe (counted with the first, outside the budget)
+            new = [r for r in held if str(batch.tasks[r]) not in self.tasks_probed]
+            rows = self._rows_to_probe(batch, new) if new else []
+        if rows:
+            for row in rows:
+                masks[row], made = self._probe_row(batch, row, held)
                 calls += made
+                self.tasks_probed.add(str(batch.tasks[row]))
             drain_watched()  # texts a watch_inputs judge saw during the probe are not the run's
+            self._cache = {}
         first = [1.0] + [0.0] * (len(held) - 1) if held else []
-        return {"found": [found[r] for r in held], "calls": [v * calls for v in first]}
+        out = {"probed": [float(r in masks) for r in held], "calls": [v * calls for v in first]}
+        for name in self.FEATURES[2:]:
+            index = int(name[2:])
+            out[name] = [float(masks.get(r, {}).get(index, 0)) for r in held]
+        return out
 
     def row_evidence(self, batch: RolloutBatch, row: int) -> str | None:
         return json.dumps(self._details[row]) if row in self._details else None
@@ -170,45 +225,120 @@ class RewardProbeGuard(Guard):
             self.run_calls += len(batch) * len(batch.reward_names)
         if calls <= 0:
             return
-        if self.probes_run == 0:
-            self.first_calls = calls
+        if self.probes_run == 0 or not self._regular:
+            self.first_calls += calls
         else:
             self.extra_calls += calls
+        if self._regular:
+            self.last_step = batch.step
+            self.last_cost = calls
         self.probes_run += 1
-        self.last_step = batch.step
-        self.last_cost = calls
-        rows = [i for i, v in enumerate(feats["found"]) if v]
-        report.metric("probed_rows", float(sum(1 for v in feats["calls"] if v)))
+        report.metric("probed_rows", float(sum(1 for v in feats["probed"] if v)))
         report.metric("extra_call_share", (self.extra_calls + self.first_calls) / max(self.run_calls, 1.0))
-        names = list(batch.reward_names)
+        group_of = {r: batch.group_of(r) for r in range(len(batch))}
+        self._cover(batch, feats)
         total = 0
-        for row in rows:
-            mask = int(feats["found"][row])
-            for f, fname in enumerate(names):
-                for probe in PROBES:
-                    if mask & bit(f, probe):
-                        total += 1
-                        report.violation(
-                            f"{_KINDS[probe]}:{fname}",
-                            lambda row=row, fname=fname, probe=probe: self._message(batch, row, fname, probe),
-                            RewardProbeError,
-                            rows=[row],
-                        )
+        for index, fname in enumerate(batch.reward_names):
+            masks = [int(v) for v in feats.get(f"fn{index}", [])]
+            verdicts = [(probe, "", *self._rows(masks, probe)) for probe in (PREFIX, SUFFIX, THINKING)]
+            hacks = [(HACKABLE, label, *self._rows(masks, label)) for label in HACKS]
+            hacks = [h for h in hacks if quorum(h[2], h[3], group_of)]
+            verdicts += sorted(hacks, key=lambda h: -len(h[2]) / len(h[3]))[:1]  # the variant paid most often
+            for probe, variant, found, tried in verdicts:
+                if not quorum(found, tried, group_of):
+                    continue
+                total += 1
+                report.violation(
+                    f"{_KINDS[probe]}:{fname}",
+                    lambda found=found, tried=tried, fname=fname, probe=probe, variant=variant: self._message(
+                        batch, found, tried, fname, probe, variant
+                    ),
+                    RewardProbeError,
+                    rows=[found[0]],
+                )
         report.metric("findings", float(total))
+
+    def _cover(self, batch: RolloutBatch, feats: dict[str, list[float]]) -> None:
+        """Add this probe to ``coverage``: per function, rows scored per task (the latest probe of the task), tasks
+        where it raised on the variants, tasks it returned None on (not its task)."""
+        probed = [r for r, v in enumerate(feats["probed"]) if v]
+        here: dict[str, list[int]] = {}
+        for r in probed:
+            here.setdefault(str(batch.tasks[r]), []).append(r)
+        cov = self.coverage or {"steps": [], "tasks": {}, "functions": {}}
+        cov["steps"].append(batch.step)
+        cov["tasks"].update({task: len(rows) for task, rows in here.items()})
+        skipped = self.not_probed()
+        for index, fname in enumerate(batch.reward_names):
+            if fname in skipped:
+                cov["functions"][fname] = {"not_probed": skipped[fname]}
+                continue
+            masks = [int(v) for v in feats.get(f"fn{index}", [0.0] * len(batch))]
+            entry = cov["functions"].setdefault(fname, {"rows": {}, "raised": [], "not_its_task": []})
+            for task, rows in sorted(here.items()):
+                entry["rows"].pop(task, None)  # the latest probe of the task says it
+                entry["raised"] = [t for t in entry["raised"] if t != task]
+                entry["not_its_task"] = [t for t in entry["not_its_task"] if t != task]
+                scored = sum(decode(masks[r], SCORED)[0] for r in rows)
+                if scored:
+                    entry["rows"][task] = scored
+                elif any(decode(masks[r], RAISED)[0] for r in rows):
+                    entry["raised"].append(task)
+                else:
+                    entry["not_its_task"].append(task)
+        self.coverage = cov
+
+    def coverage_text(self) -> str:
+        """What the probes covered (functions x tasks x rows), what they could not and why, and their cost."""
+        cov = self.coverage
+        if not cov:
+            return "probes: nothing probed yet"
+        tasks = ", ".join(f"{t or '(no task)'} {n}" for t, n in sorted(cov["tasks"].items()))
+        steps = ", ".join(str(step) for step in cov["steps"])
+        share = (self.first_calls + self.extra_calls) / max(self.run_calls, 1.0)
+        lines = [
+            f"probes at step(s) {steps}: rows per task {tasks}; {self.first_calls + self.extra_calls:.0f} extra reward "
+            f"calls ({share:.1%} of the run's, {self.extra_calls:.0f} after the first probes)"
+        ]
+        for fname, entry in cov["functions"].items():
+            if "not_probed" in entry:
+                lines.append(f"  {fname}: not probed ({entry['not_probed']})")
+                continue
+            parts = [f"{t or '(no task)'} {n} rows" for t, n in sorted(entry["rows"].items())]
+            if entry["raised"]:
+                parts.append(f"raised on the variants of {', '.join(entry['raised'])} (not judged there)")
+            if entry["not_its_task"]:
+                parts.append(f"None on {', '.join(entry['not_its_task'])} (not its task)")
+            lines.append(f"  {fname}: " + "; ".join(parts or ["no rows"]))
+        return "\n".join(lines)
+
+    @staticmethod
+    def _rows(masks: list[int], key: str) -> tuple[list[int], list[int]]:
+        """(rows where ``key`` was found, rows where it was tried) from one function's verdict masks."""
+        tried = [r for r, m in enumerate(masks) if decode(m, key)[0]]
+        return [r for r in tried if decode(masks[r], key)[1]], tried
 
     # ----- one row ---------------------------------------------------------------------------------------
     def _rows_to_probe(self, batch: RolloutBatch, held: list[int]) -> list[int]:
-        """The best row (by total) of up to ``probes.rows`` groups this rank holds, those whose totals vary first."""
+        """Up to ``probes.rows`` held rows of each task, taken in turn from its groups (those whose totals vary
+        first; in each group the best rows first): several rows from several groups for the quorum."""
         totals = batch.weighted_totals
-        held_set = set(held)
         groups: dict[int, list[int]] = {}
         for row in held:
             groups.setdefault(batch.group_of(row), []).append(row)
-        ranked = sorted(groups.values(), key=lambda rows: (-(np.ptp(totals[rows]) if len(rows) else 0.0), rows[0]))
-        chosen = [max(rows, key=lambda r: (totals[r], -r)) for rows in ranked if set(rows) <= held_set]
-        return chosen[: self.config.rows]
+        by_task: dict[str, list[list[int]]] = {}
+        for rows in groups.values():
+            task = batch.tasks[rows[0]] if batch.tasks else ""
+            by_task.setdefault(str(task), []).append(sorted(rows, key=lambda r: (-totals[r], r)))
+        chosen: list[int] = []
+        for _, task_groups in sorted(by_task.items()):
+            task_groups.sort(key=lambda rows: (-float(np.ptp(totals[rows])), rows[0]))
+            order = [g[d] for d in range(max(len(g) for g in task_groups)) for g in task_groups if d < len(g)]
+            chosen += order[: self.config.rows]
+        return sorted(chosen)
 
-    def _probe_row(self, batch: RolloutBatch, row: int, held: list[int]) -> tuple[int, int]:
+    def _probe_row(self, batch: RolloutBatch, row: int, held: list[int]) -> tuple[dict[int, int], int]:
+        """Each probed function's verdict mask on ``row`` (:func:`rl_guards.core.probes.encode`), and the calls."""
         inputs, prompts, completions, _, state = _reward_inputs(batch, held)
         local = held.index(row)
         markup = markup_from_config(self.guards_config.think_tags, self.ctx.template_text)
@@ -235,8 +365,7 @@ class RewardProbeGuard(Guard):
                 continue
             reference, other = (ref, others[0]) if reference is None else (reference, other)
             name = "reference" if ref_col == self._reference_columns(set(columns))[0] else f"reference[{ref_col}]"
-            pairs.append(Pair(name, ref, others[0]))
-            pairs.append(Pair(f"{name}-stated", f"The answer is {ref}.", f"The answer is {others[0]}."))
+            pairs += reference_pairs(name, ref, others[0])
         longest = max((len(completion_text(c)) for c in completions), default=0)
         variants = plan(
             pairs,
@@ -251,14 +380,22 @@ class RewardProbeGuard(Guard):
             real_has_block=thinking is not None,
         )
         probed = {i: name for i, name, _ in self.functions()}
+        masks: dict[int, int] = {}
         scores: dict[int, list[float | None]] = {}
         made = 0
         for index, _name, fn in self.functions():
+            # rows of one group share the prompt and the columns: a text scored for one is not scored again
+            cache = self._cache.setdefault((index, batch.group_of(row)), {})
+            todo = [text for text in dict.fromkeys(v.text for v in variants) if text not in cache]
             try:
-                scores[index] = self._score(fn, variants, prompts[local], completions[local], columns, state)
+                fresh = self._score(fn, todo, prompts[local], completions[local], columns, state) if todo else []
             except Exception:  # the function cannot score a variant: not probed this time, never the run's problem
+                masks[index] = encode(None, raised=True)
+                made += len(todo)  # the calls were made all the same
                 continue
-            made += len(variants)
+            cache.update(zip(todo, fresh, strict=True))
+            scores[index] = [cache[v.text] for v in variants]
+            made += len(todo)
         weights = batch.reward_weights
         matrix = batch.reward_matrix
         totals_of = {}
@@ -290,14 +427,13 @@ class RewardProbeGuard(Guard):
                 for s in scores.values()
             )
         )
-        bits = 0
         details: list[dict[str, str]] = []
         for index, name in probed.items():
-            if index not in scores:
-                continue
+            if index not in scores or all(v is None for v in scores[index]):
+                continue  # not its task (None for every variant), or it failed: not tried on this row
             column = matrix[group, index] if index < matrix.shape[1] else np.array([math.nan])
             real = column[~np.isnan(column)]
-            findings = judge(
+            assessment = assess(
                 variants,
                 scores[index],
                 real_best=float(real.max()) if real.size else None,
@@ -309,24 +445,75 @@ class RewardProbeGuard(Guard):
                 format_matters=format_matters,
                 strict=not informative,
             )
-            for finding in findings:
-                bits |= bit(index, finding.probe)
-                details.append({"function": name, "probe": finding.probe, "detail": finding.detail})
+            findings = []
+            for finding in assessment.findings:
+                if finding.probe == PREFIX and finding.pair:
+                    finding, extra = self._bisect(finding, index, pairs, thinks, markup, opened, batch, row, held)
+                    made += extra
+                findings.append(finding)
+            assessment = Assessment(findings, assessment.tried)
+            masks[index] = encode(assessment)
+            for finding in assessment.findings:
+                details.append(
+                    {"function": name, "probe": finding.probe, "variant": finding.variant, "detail": finding.detail}
+                )
         if details:
             self._details[row] = details
-        return bits, made
+        return masks, made
+
+    def _bisect(
+        self,
+        finding: ProbeFinding,
+        index: int,
+        pairs: list[Pair],
+        thinks: bool,
+        markup: Any,
+        opened: bool,
+        batch: RolloutBatch,
+        row: int,
+        held: list[int],
+    ) -> tuple[ProbeFinding, int]:
+        """The prefix finding with its cut narrowed by bisection between the lengths tried; the extra calls."""
+        pair = next((p for p in pairs if p.name == finding.pair), None)
+        if pair is None:
+            return finding, 0
+        inputs, prompts, completions, _, state = _reward_inputs(batch, held)
+        local = held.index(row)
+        columns = {k: v for k, v in inputs[local].items() if k not in ("prompt", "completion", "completion_ids")}
+        good0, bad0 = finding.scores
+        fn = next(f for i, _, f in self.functions() if i == index)
+        cache = self._cache.setdefault((index, batch.group_of(row)), {})  # shared with the probe's own scores
+        calls = 0
+
+        def told(k: int) -> bool:
+            nonlocal calls
+            texts = list(cut_variants(pair, k, thinks=thinks, markup=markup, prompt_opened=opened))
+            todo = [t for t in texts if t not in cache]
+            if todo:
+                fresh = self._score(fn, todo, prompts[local], completions[local], columns, state)
+                cache.update(zip(todo, fresh, strict=True))
+                calls += len(todo)
+            good, bad = (cache[t] for t in texts)
+            return good is not None and bad is not None and abs(good - bad) >= TOLD * abs(good0 - bad0)
+
+        try:
+            seen, blind = bisect_cut(told, *finding.cut)
+        except Exception:  # the function cannot score these: keep the estimate from the lengths tried
+            return finding, calls
+        detail = prefix_detail(good0, bad0, seen, blind)
+        return ProbeFinding(PREFIX, detail, pair=finding.pair, cut=(seen, blind), scores=finding.scores), calls
 
     def _score(
-        self, fn: Any, variants: list[Variant], prompt: Any, original: Any, columns: dict[str, Any], state: Any
+        self, fn: Any, texts: list[str], prompt: Any, original: Any, columns: dict[str, Any], state: Any
     ) -> list[float | None]:
         from rl_guards.rewards.calls import call_reward  # the adapter-side caller (awaits async functions)
 
-        n = len(variants)
+        n = len(texts)
         return call_reward(
             fn,
             prompts=[prompt] * n,
-            completions=[_shaped_like(original, v.text) for v in variants],
-            completion_ids=[self._ids(v.text) for v in variants],
+            completions=[_shaped_like(original, text) for text in texts],
+            completion_ids=[self._ids(text) for text in texts],
             columns={k: [value] * n for k, value in columns.items()},
             trainer_state=state,
         )
@@ -341,18 +528,28 @@ class RewardProbeGuard(Guard):
             return []
         return ids + self.ctx.eos_token_ids[:1]
 
-    def _message(self, batch: RolloutBatch, row: int, fname: str, probe: str) -> str:
+    def _message(
+        self, batch: RolloutBatch, found: list[int], tried: list[int], fname: str, probe: str, variant: str
+    ) -> str:
+        row = found[0]
         text = batch.evidence.get((self.name, row))
         if text is None and batch.holds(row):
             text = self.row_evidence(batch, row)
         details = json.loads(text) if text else []
         detail = next(
-            (d["detail"] for d in details if d["function"] == fname and d["probe"] == probe), "(on another rank)"
+            (
+                d["detail"]
+                for d in details
+                if d["function"] == fname and d["probe"] == probe and d.get("variant", "") == variant
+            ),
+            "(on another rank)",
         )
         prompt = _prompt_text(batch.prompts[row]) if row < len(batch.prompts) and batch.prompts[row] is not None else ""
+        groups = len({batch.group_of(r) for r in found})
         return (
-            f"reward function {fname!r} {detail}.\n  probed on row {row} (task {batch.tasks[row]!r}, step "
-            f"{batch.step}), prompt: {prompt[-160:]!r}\n  {_FIXES[probe]}"
+            f"reward function {fname!r} {detail}.\n  seen on {len(found)} of the {len(tried)} rows probed for this "
+            f"({groups} group(s)); e.g. row {row} (task {batch.tasks[row]!r}, step {batch.step}), prompt: "
+            f"{prompt[-160:]!r}\n  {_FIXES[probe]}"
         )
 
     # ----- resume ----------------------------------------------------------------------------------------
@@ -364,6 +561,7 @@ class RewardProbeGuard(Guard):
             "first_calls": self.first_calls,
             "run_calls": self.run_calls,
             "last_cost": self.last_cost,
+            "tasks_probed": sorted(self.tasks_probed),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
