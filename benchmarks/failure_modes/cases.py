@@ -199,12 +199,13 @@ def prefill_dataset() -> Any:
     return ds.map(lambda row: {"prompt": [*row["prompt"], {"role": "assistant", "content": "<think>\n"}]})
 
 
-def corrupt_masks(kind: str) -> Callable[[Any], None]:
+def corrupt_masks(kind: str, n_prompt: int | None = 3) -> Callable[[Any], None]:
     """Plant: wrap ``trainer._generate_and_score_completions`` BEFORE install, so the guard sees bad tensors.
 
     ``post_eos``: completion_mask set to 1 everywhere (loss on the padding after each EOS).
-    ``prompt``: the last 3 prompt tokens (``<|im_start|>assistant\\n``) prepended to completion_ids with mask 1 (a
-    rollout path that slices the generated sequence 3 tokens too early, so the assistant header trains).
+    ``prompt``: the last ``n_prompt`` prompt tokens prepended to completion_ids with mask 1 (a rollout path that
+    slices the generated sequence that many tokens too early): 3 is the assistant header ``<|im_start|>assistant\\n``
+    (the model could write it: a warning); None reaches back to the user turn's ``<|im_end|>`` (it could not: a stop).
     """
 
     def plant(trainer: Any) -> None:
@@ -218,7 +219,12 @@ def corrupt_masks(kind: str) -> Callable[[Any], None]:
             if kind == "post_eos":
                 out["completion_mask"] = torch.ones_like(mask)
             else:
-                head = out["prompt_ids"][:, -3:]
+                n = n_prompt
+                if n is None:  # from the prompt's last end of turn on
+                    end = trainer.processing_class.convert_tokens_to_ids("<|im_end|>")
+                    row = out["prompt_ids"][0].tolist()
+                    n = len(row) - max(i for i, t in enumerate(row) if t == end)
+                head = out["prompt_ids"][:, -n:]
                 out["completion_ids"] = torch.cat([head, out["completion_ids"]], dim=1)
                 out["completion_mask"] = torch.cat([torch.ones_like(head, dtype=mask.dtype), mask], dim=1)
             return out
@@ -332,6 +338,10 @@ def _post_eos(planted: bool, workdir: Path) -> GrpoSpec:
 
 def _prompt_in_loss(planted: bool, workdir: Path) -> GrpoSpec:
     return GrpoSpec(reward_funcs=routed_rewards(), before_install=corrupt_masks("prompt") if planted else None)
+
+
+def _prompt_past_eos_in_loss(planted: bool, workdir: Path) -> GrpoSpec:
+    return GrpoSpec(reward_funcs=routed_rewards(), before_install=corrupt_masks("prompt", None) if planted else None)
 
 
 def _sft_prompt(planted: bool, workdir: Path) -> SftSpec:
@@ -574,10 +584,20 @@ CASES: list[Case] = [
     ),
     Case(
         "prompt_in_loss",
-        "prompt tokens not masked (GRPO)",
+        "prompt tokens not masked (GRPO), as the model could also write them",
         "_generate_and_score_completions wrapped before install: the last 3 prompt tokens (<|im_start|>assistant\\n) "
-        "prepended to completion_ids with mask 1 (a rollout path slicing 3 tokens too early)",
+        "prepended to completion_ids with mask 1 on every row (a rollout path slicing 3 tokens too early); a "
+        "collapsing policy could write the header itself, so a warning (prompt_overlap), not a stop",
         _prompt_in_loss,
+        expect=(("masking", "prompt_overlap"), ("masking", "prompt_leak")),
+        tags=("grpo",),
+    ),
+    Case(
+        "prompt_past_eos_in_loss",
+        "prompt tokens not masked (GRPO), beyond what generation can produce",
+        "as prompt_in_loss from the prompt's last <|im_end|> on: the user turn's end of turn ends "
+        "generation, so the model cannot have written them: a stop (prompt_leak)",
+        _prompt_past_eos_in_loss,
         expect=(("masking", "prompt_leak"),),
         tags=("grpo",),
     ),
