@@ -12,6 +12,7 @@ from datasets import Dataset
 import rl_guards
 from rl_guards.guards.probes import RewardProbeGuard
 from rl_guards.testing import make_dataset
+from rl_guards.testing.healthy import count_xml
 from rl_guards.testing.rewards import arith_correct, completion_text, echo_match, final_answer, length_penalty
 
 THINKING = make_dataset(thinking=True)
@@ -248,21 +249,6 @@ def soft_format_reward_func(completions: list[Any], **kwargs: Any) -> list[float
     responses = [completion[0]["content"] for completion in completions]
     matches = [re.match(pattern, r) for r in responses]
     return [0.5 if match else 0.0 for match in matches]
-
-
-def count_xml(text: str) -> float:
-    count = 0.0
-    if text.count("<reasoning>\n") == 1:
-        count += 0.125
-    if text.count("\n</reasoning>\n") == 1:
-        count += 0.125
-    if text.count("\n<answer>\n") == 1:
-        count += 0.125
-        count -= len(text.split("\n</answer>\n")[-1]) * 0.001
-    if text.count("\n</answer>") == 1:
-        count += 0.125
-        count -= (len(text.split("\n</answer>")[-1]) - 1) * 0.001
-    return count
 
 
 def xmlcount_reward_func(completions: list[Any], **kwargs: Any) -> list[float]:

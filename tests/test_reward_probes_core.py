@@ -29,6 +29,7 @@ from rl_guards.core.probes import (
     split,
 )
 from rl_guards.core.think_markup import MARKUPS, THINK
+from rl_guards.testing.healthy import count_xml
 
 Score = Callable[[str], float]
 
@@ -296,22 +297,7 @@ def _soft_format(text: str) -> float:
     return 0.5 if re.match(r"<reasoning>.*?</reasoning>\s*<answer>.*?</answer>", text) else 0.0
 
 
-def _count_xml(text: str) -> float:
-    count = 0.0
-    if text.count("<reasoning>\n") == 1:
-        count += 0.125
-    if text.count("\n</reasoning>\n") == 1:
-        count += 0.125
-    if text.count("\n<answer>\n") == 1:
-        count += 0.125
-        count -= len(text.split("\n</answer>\n")[-1]) * 0.001
-    if text.count("\n</answer>") == 1:
-        count += 0.125
-        count -= (len(text.split("\n</answer>")[-1]) - 1) * 0.001
-    return count
-
-
-FORMAT_REWARDS: dict[str, Score] = {"strict": _strict_format, "soft": _soft_format, "count_xml": _count_xml}
+FORMAT_REWARDS: dict[str, Score] = {"strict": _strict_format, "soft": _soft_format, "count_xml": count_xml}
 XML_GOOD = (
     "<reasoning>2+3=5</reasoning><answer>5</answer>",
     "<reasoning>\n2+3=5\n</reasoning>\n<answer>\n5\n</answer>\n",
