@@ -176,3 +176,5 @@ def test_the_example_is_silent(example_run: tuple[OfflineRun, str]) -> None:
     assert status and all(line.endswith(": ok") for line in status), status
     assert "rl_guards: no findings." in printed
     assert "0 blocking, 0 warning(s)" in printed  # the preflight report
+    # the run summary says what the probes covered
+    assert "probes at step(s) 0" in printed and "rows per task arith" in printed

@@ -1115,11 +1115,14 @@ class GuardRun(TrainerCallback):
         return self.session.findings
 
     def summary(self) -> str:
-        """Readable table of findings, plus unavailable guards."""
+        """Readable table of findings, the per-task curves, what the reward probes covered, unavailable guards."""
         text = self.session.summary_text()
         tasks = task_summary_text(getattr(self.trainer.state, "log_history", []) or [])
         if tasks:
             text += "\n" + tasks
+        probes = next((g for g in self.guards if g.name == "probes"), None)
+        if probes is not None and hasattr(probes, "coverage_text"):
+            text += "\n" + probes.coverage_text()
         if self.unavailable:
             text += "\nunavailable: " + ", ".join(f"{k} ({v})" for k, v in sorted(self.unavailable.items()))
         return text
