@@ -82,8 +82,12 @@ def test_every_guard_works_with_the_trl_option(
         dataset = _string_prompts(dataset)  # preflight then renders its own probe conversation (system turn first)
     trainer_options = {k: options.pop(k) for k in ("tools", "environment_factory") if k in options}
     args = tiny_grpo_config(tmp_path / "run", max_steps=2, save_strategy="steps", save_steps=1, **options)
-    trainer = GRPOTrainer(model=tiny.model_dir, processing_class=tokenizer, reward_funcs=[arith_correct, echo_match],
-                          args=args, train_dataset=dataset, **trainer_options)  # fmt: skip
+    try:
+        trainer = GRPOTrainer(model=tiny.model_dir, processing_class=tokenizer,
+                              reward_funcs=[arith_correct, echo_match], args=args, train_dataset=dataset,
+                              **trainer_options)  # fmt: skip
+    except ImportError as exc:  # TRL's own requirement (environment_factory needs transformers >= 5.2)
+        pytest.skip(f"this TRL/transformers cannot run {case}: {exc}")
     run = rl_guards.install(trainer, {"drift": {"mode": "warn"}})
     assert not run.unavailable
     with warnings.catch_warnings(record=True) as caught:
