@@ -97,3 +97,18 @@ def test_guards_section_file_and_sets_are_layered(tmp_path: Path) -> None:
     assert rest.count("--guards_config") == 1  # the merged config travels as one file
     shipped = GuardsConfig.from_yaml(rest[rest.index("--guards_config") + 1])
     assert shipped.with_overrides(["truncation.max_rate=0.3"]) == config
+
+
+@pytest.mark.slow
+def test_a_healthy_rl_guards_grpo_run_is_silent(tiny: Any, tmp_path: Path) -> None:
+    """Issue 20: the healthy corpus through the CLI route too: default guards, no warning, every status line ok."""
+    path = tmp_path / "grpo.yaml"
+    path.write_text(yaml.safe_dump(_yaml(tiny, tmp_path)))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}
+    cmd = [sys.executable, "-m", "rl_guards.cli.main", "grpo", "--config", str(path)]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = done.stdout + done.stderr
+    assert "RLGuardsWarning" not in printed, printed[-3000:]
+    status = [line for line in printed.splitlines() if line.startswith("[rl_guards] step ")]
+    assert status and all(line.endswith(": ok") for line in status), status
