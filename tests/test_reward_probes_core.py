@@ -59,10 +59,9 @@ SCORERS: dict[str, Score] = {
 }
 
 
-def _verdicts(name: str, *, thinks: bool, real: tuple[float, float] | None = None, longest: int = 2000) -> set[str]:
-    pairs = [Pair("reference", "42", "17")]
+def _judged(score: Score, *, thinks: bool, real: tuple[float, float] | None, longest: int) -> list[ProbeFinding]:
     variants = plan(
-        pairs,
+        [Pair("reference", "42", "17")],
         thinks=thinks,
         markup=THINK,
         thinking_text="some thinking" if thinks else None,
@@ -72,26 +71,17 @@ def _verdicts(name: str, *, thinks: bool, real: tuple[float, float] | None = Non
         longest=longest,
         real_has_block=thinks,
     )
-    scores = [SCORERS[name](v.text) for v in variants]
+    scores = [score(v.text) for v in variants]
     best, worst = real if real is not None else (None, None)
-    return {f.probe for f in judge(variants, scores, real_best=best, real_worst=worst)}
+    return judge(variants, scores, real_best=best, real_worst=worst)
+
+
+def _verdicts(name: str, *, thinks: bool, real: tuple[float, float] | None = None, longest: int = 2000) -> set[str]:
+    return {f.probe for f in _judged(SCORERS[name], thinks=thinks, real=real, longest=longest)}
 
 
 def _hacks(score: Score, *, thinks: bool, real: tuple[float, float] | None = None) -> set[str]:
-    variants = plan(
-        [Pair("reference", "42", "17")],
-        thinks=thinks,
-        markup=THINK,
-        thinking_text="some thinking" if thinks else None,
-        prompt_text="What is 40+2?",
-        reference="42",
-        other_answer="17",
-        longest=300,
-        real_has_block=thinks,
-    )
-    scores = [score(v.text) for v in variants]
-    best, worst = real if real is not None else (None, None)
-    return {f.variant for f in judge(variants, scores, real_best=best, real_worst=worst) if f.probe == HACKABLE}
+    return {f.variant for f in _judged(score, thinks=thinks, real=real, longest=300) if f.probe == HACKABLE}
 
 
 def _thinking(text: str) -> str:

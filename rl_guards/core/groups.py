@@ -144,6 +144,12 @@ def group_outcomes(
 MAX_DISTINCT = 3  # distinct values kept per (task, function): a third one means the function is not pass/fail
 
 
+def _add_distinct(seen: list[float], value: float) -> None:
+    """Append ``value`` unless ``seen`` already holds it (within ``REWARD_ATOL``)."""
+    if not any(abs(value - s) <= REWARD_ATOL for s in seen):
+        seen.append(float(value))
+
+
 def update_outcome_values(values: dict[str, dict[str, list[float]]], batch: RolloutBatch) -> None:
     """Record the distinct scores each reward function gave each task's rows (up to ``MAX_DISTINCT``)."""
     names, index = batch.task_index
@@ -156,10 +162,9 @@ def update_outcome_values(values: dict[str, dict[str, list[float]]], batch: Roll
             if len(seen) >= MAX_DISTINCT:
                 continue
             for v in np.unique(rows[:, f][np.isfinite(rows[:, f])]):
-                if not any(abs(v - s) <= REWARD_ATOL for s in seen):
-                    seen.append(float(v))
-                    if len(seen) >= MAX_DISTINCT:
-                        break
+                _add_distinct(seen, v)
+                if len(seen) >= MAX_DISTINCT:
+                    break
 
 
 def _pass_score(values: dict[str, dict[str, list[float]]], task: str, fname: str) -> float | None:
@@ -170,8 +175,7 @@ def _pass_score(values: dict[str, dict[str, list[float]]], task: str, fname: str
     every: list[float] = []
     for per_task in values.values():
         for v in per_task.get(fname, []):
-            if not any(abs(v - e) <= REWARD_ATOL for e in every):
-                every.append(v)
+            _add_distinct(every, v)
     return max(every) if len(every) == 2 else None
 
 

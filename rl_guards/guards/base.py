@@ -302,11 +302,14 @@ class Reporter:
         """Evidence that may be the model's own doing: warned once and counted (mode log: counted only), never a
         stop whatever the guard's mode. ``message`` may be rendered lazily, as for :meth:`violation`."""
         warn = self.config.mode != "log"
-        defer = self.session.defer
-        render = message if callable(message) and defer else None
-        text = "" if render else (message() if callable(message) else str(message))
+        render, text = self._message(message)
         finding = Finding(self.guard, kind, "warning" if warn else "info", text, self.step)
         self.session.record(finding, warn=warn, render=render, rows=rows)
+
+    def _message(self, message: str | Callable[[], str]) -> tuple[Callable[[], str] | None, str]:
+        """``(render, text)``: a callable message is rendered later when the session defers, else now."""
+        render = message if callable(message) and self.session.defer else None
+        return render, "" if render else (message() if callable(message) else str(message))
 
     def violation(
         self,
@@ -324,8 +327,7 @@ class Reporter:
         mode = self.config.mode
         severity = "error" if mode == "raise" else ("warning" if mode == "warn" else "info")
         defer = self.session.defer
-        render = message if callable(message) and defer else None
-        text = "" if render else (message() if callable(message) else str(message))
+        render, text = self._message(message)
         finding = Finding(self.guard, kind, severity, text, self.step)
         stop = error if mode == "raise" and defer else None
         self.session.record(finding, warn=mode == "warn", render=render, rows=rows, error=stop)

@@ -18,6 +18,20 @@ _MAX_SHOWN = 3
 _MAX_FUNCTIONS = 52  # bits of a float64 feature
 
 
+def raised_cells(batch: RolloutBatch, bits: list[float] | None = None) -> np.ndarray | None:
+    """Rows x functions, True where a reward function raised: this guard's per-row bits decoded (``bits``: the
+    gathered ``raised`` feature; default the batch's), None when the batch does not carry them."""
+    bits = batch.features.get(f"{RewardErrorGuard.name}/raised") if bits is None else bits
+    n_funcs = len(batch.reward_names)
+    if bits is None or len(bits) != len(batch) or not n_funcs:
+        return None
+    values = np.asarray(bits, dtype=np.int64)
+    cells = np.zeros((len(batch), n_funcs), dtype=bool)
+    for f in range(min(n_funcs, _MAX_FUNCTIONS)):
+        cells[:, f] = (values >> f) & 1
+    return cells
+
+
 class RewardErrorGuard(Guard):
     """Reads which rows each reward function raised on (per rank, gathered as per-row bits: all ranks agree).
 
@@ -67,12 +81,12 @@ class RewardErrorGuard(Guard):
         return json.dumps({str(k): v for k, v in errors.items()}) if errors else None
 
     def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
-        raised = np.asarray(self.features(batch)["raised"], dtype=np.int64)
-        if not raised.any():
+        cells = raised_cells(batch, self.features(batch)["raised"])
+        if cells is None or not cells.any():
             return
-        report.metric("rows", float(sum(bin(int(v)).count("1") for v in raised)))
+        report.metric("rows", float(cells.sum()))
         for f, fname in enumerate(batch.reward_names[:_MAX_FUNCTIONS]):
-            rows = np.flatnonzero(raised & (1 << f)).tolist()
+            rows = np.flatnonzero(cells[:, f]).tolist()
             if rows:
                 shown = rows[:_MAX_SHOWN]
                 report.violation(

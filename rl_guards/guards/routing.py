@@ -4,31 +4,15 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import numpy as np
-
 from rl_guards.config import RoutingConfig
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.core.routing import RoutingReport, RoutingTable, check_routing, table_from_funcs, table_from_names
 from rl_guards.core.templates import visible_tail
 from rl_guards.errors import RoutingError
 from rl_guards.guards.base import Guard, Reporter
+from rl_guards.guards.reward_errors import raised_cells
 
 TAIL_CHARS = 80  # characters of a completion's end shown in a message
-
-
-def raised_cells(batch: RolloutBatch) -> np.ndarray | None:
-    """Rows x functions: where a reward function raised (the reward_errors guard's gathered bits), else None."""
-    bits = batch.features.get("reward_errors/raised")
-    if bits is None or len(bits) != len(batch):
-        return None
-    values = np.asarray(bits, dtype=np.int64)
-    n_funcs = len(batch.reward_names)
-    if not n_funcs:
-        return None
-    cells = np.zeros((len(batch), n_funcs), dtype=bool)
-    for f in range(min(n_funcs, 52)):  # the feature holds one bit per function in a float64
-        cells[:, f] = ((values >> f) & 1).astype(bool)
-    return cells
 
 
 def _typo_note(unrouted: list[str], declared: list[str], present: set[str]) -> str:

@@ -361,15 +361,17 @@ def _leak_lengths(
     is_eos = torch.isin(ids[:, :w], eos)
     inside = torch.arange(w, device=device) < (length - 1).unsqueeze(1)
     certain = torch.where((length >= 2) & (is_eos & inside).any(dim=1), length, zeros)
-    suspected = zeros
-    if b >= M.UNIFORM_LEAK_MIN_ROWS and bool((length >= 2).all()):
-        k = int(length.min())
-        same = bool((ids[:, :k] == ids[:1, :k]).all())
-        whole = bool((length == n_prompt).all())
-        markup_set = sorted({int(t) for t in markup_ids}) or [-1]
-        markup_only = bool(torch.isin(ids[:, :k], torch.tensor(markup_set, dtype=ids.dtype, device=device)).all())
-        if (same or whole) and not markup_only:
-            suspected = torch.where(certain > 0, zeros, length)
+    if b < M.UNIFORM_LEAK_MIN_ROWS:
+        return certain, zeros
+    # Batch-level verdict without a host transfer: the first k = min(length) columns, as a column mask.
+    beyond_k = torch.arange(w, device=device) >= length.min()
+    head_ids = ids[:, :w]
+    same = ((head_ids == head_ids[:1]) | beyond_k).all()
+    whole = (length == n_prompt).all()
+    markup_set = sorted({int(t) for t in markup_ids}) or [-1]
+    markup_only = (torch.isin(head_ids, torch.tensor(markup_set, dtype=ids.dtype, device=device)) | beyond_k).all()
+    batch_overlaps = (length >= 2).all() & (same | whole) & ~markup_only
+    suspected = torch.where(batch_overlaps & (certain == 0), length, zeros)
     return certain, suspected
 
 
