@@ -165,17 +165,15 @@ def load_rows(
         cols = dict(record)
         if isinstance(cols.get("reward_model"), dict) and "ground_truth" in cols["reward_model"]:
             cols.setdefault("ground_truth", cols["reward_model"]["ground_truth"])
-        if "prompt" in cols:
-            prompt = cols["prompt"]
-        elif input_key in cols:
-            prompt = cols[input_key]
-        else:
+        key = next((k for k in ("prompt", input_key, "question") if k in cols), None)  # TRL/verl, OpenRLHF, verifiers
+        if key is None:
             raise ConfigError(f"{path}: no 'prompt' column and no {input_key!r} (--input_key); columns: {columns}")
+        prompt = cols[key]
         if hasattr(prompt, "tolist"):
             prompt = prompt.tolist()
         value = cols.get(ref) if ref else None
         ref_text = None if value is None or str(value).strip() == "" else str(value)
-        cols.pop("prompt", None)
+        cols.pop("prompt", None)  # TRL passes it as ``prompts``
         task = str(cols.get("task", cols.get("data_source", "")) or "")
         out.append(AuditRow(i, prompt, cols, ref_text, task, reference_column=ref))
     return out
@@ -238,9 +236,9 @@ def attach_completions(rows: list[AuditRow], pairs: list[tuple[str, Any]], per_r
 THINK_LINE = "Let me work it out step by step."
 
 
-def build_completions(rows: list[AuditRow]) -> None:
+def build_completions(rows: list[AuditRow], thinking: bool = True) -> None:
     """Completions from the reference answers, for rows that have none: the right answer and another row's (wrong)
-    one, bare, as "The answer is X." and ``\\boxed{X}``, each also after a think block."""
+    one, bare, as "The answer is X." and ``\\boxed{X}``, each also after a think block (``thinking``)."""
     from rl_guards.core.probes import compose
     from rl_guards.core.think_markup import THINK
 
@@ -253,7 +251,7 @@ def build_completions(rows: list[AuditRow]) -> None:
         for answer in [row.reference] + ([wrong] if wrong is not None else []):
             for form in ("{}", "The answer is {}.", "\\boxed{{{}}}"):
                 text = form.format(answer)
-                texts += [text, compose(THINK_LINE, text, THINK)]
+                texts += [text, compose(THINK_LINE, text, THINK)] if thinking else [text]
         conversational = isinstance(row.prompt, list)
         row.completions = [[{"role": "assistant", "content": t}] if conversational else t for t in texts]
         row.built = True

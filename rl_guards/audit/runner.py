@@ -215,6 +215,7 @@ def audit_rewards(
     input_key: str = "input",
     label_key: str = "label",
     reference: str | None = None,
+    thinking: bool | None = None,
     progress: bool = False,
 ) -> AuditReport:
     """Audit reward functions (callables or ``file.py:fn`` / ``pkg.mod:fn``) on a dataset (a path or rows).
@@ -222,7 +223,8 @@ def audit_rewards(
     ``weights``: one per function (the weighted total is audited too); ``framework``: force a signature;
     ``completions``: a file of completions (else ``model`` samples, else built from the references); ``timeout``:
     seconds per completion scored; ``batch_size``: completions per training step for the projected step time;
-    ``slow_step_s``: projected seconds per step above which a function is ``slow``. ConfigError when it cannot check.
+    ``slow_step_s``: projected seconds per step above which a function is ``slow``; ``thinking``: the policy writes a
+    think block (None: as the completions do; built completions come both ways). ConfigError when it cannot check.
     """
     start = time.perf_counter()
     costs: dict[str, float] = {}
@@ -249,7 +251,7 @@ def audit_rewards(
 
         sample_completions(data, model, device=device, progress=progress)
         source = f"sampled from {model}"
-    build_completions(data)
+    build_completions(data, thinking=thinking is not False)
     data = [r for r in data if r.completions]
     if not data:
         raise ConfigError("nothing to score: no row has completions, and none has a reference answer to build them")
@@ -275,7 +277,7 @@ def audit_rewards(
     blind = _check_inverted(fns, data)
     costs["inverted"] = time.perf_counter() - tick
     tick = time.perf_counter()
-    total_hacks = _check_probes(fns, data, probe_rows, progress)
+    total_hacks = _check_probes(fns, data, probe_rows, progress, thinking)
     costs["probes"] = time.perf_counter() - tick
     for f in fns:
         _speed(f, batch_size, slow_step_s)
@@ -285,7 +287,7 @@ def audit_rewards(
         if blind:
             total.findings.append(Finding("blind", f"the weighted total never pays a right answer more than a wrong "
                                           f"one (tasks {blind})"))
-    elif blind:
+    elif blind and fns[0].audit.verdict != "block":
         fns[0].audit.findings.append(
             Finding("blind", "never pays the reference answer more than another row's: a format or shaping reward "
                     "(not judged for inverted, prefix or thinking)")
@@ -306,9 +308,15 @@ def _call_args(row: AuditRow, completions: list[Any]) -> dict[str, Any]:
     return {
         "prompts": [row.prompt] * n,
         "completions": completions,
-        "completion_ids": None,
+        "completion_ids": [approx_ids(completion_text(c)) for c in completions],
         **{k: [v] * n for k, v in row.columns.items()},
     }
+
+
+def approx_ids(text: str) -> list[int]:
+    """Stand-in token ids for a completion (one per 4 characters, an English tokenizer's rate): functions that
+    count tokens get a length in the right range without a tokenizer."""
+    return list(range((len(text) + 3) // 4))
 
 
 def _shown(row: AuditRow, completion: Any = None) -> str:
@@ -485,7 +493,9 @@ def _spread(data: list[AuditRow], k: int) -> list[AuditRow]:
     return [data[int(i * step)] for i in range(k)]
 
 
-def _check_probes(fns: list[_Fn], data: list[AuditRow], probe_rows: int, progress: bool) -> list[Finding]:
+def _check_probes(
+    fns: list[_Fn], data: list[AuditRow], probe_rows: int, progress: bool, thinking: bool | None
+) -> list[Finding]:
     live = [f for f in fns if not f.dead]
     rows = _spread([r for r in data if r.reference is not None] or data, probe_rows)
     answers = [r.reference for r in data if r.reference is not None]
@@ -499,7 +509,7 @@ def _check_probes(fns: list[_Fn], data: list[AuditRow], probe_rows: int, progres
     for row in rows:
         bar.update(1)
         other = next((a for a in answers if a != row.reference), None) if row.reference is not None else None
-        pairs, thinks = _probe_row(live, row, other, longest, tally, total_tally)
+        pairs, thinks = _probe_row(live, row, other, longest, tally, total_tally, thinking)
         probed_rows[row.index] = (row, pairs, thinks)
     bar.close()
     group_of = {r.index: r.index for r in rows}
@@ -538,16 +548,23 @@ def _score(f: _Fn, row: AuditRow, texts: list[str]) -> list[float | None]:
     completions: list[Any] = [[{"role": "assistant", "content": t}] if conversational else t for t in texts]
     n = len(texts)
     return call_reward(f.adapted, prompts=[row.prompt] * n, completions=completions,
+                       completion_ids=[approx_ids(t) for t in texts],
                        columns={k: [v] * n for k, v in row.columns.items()})
 
 
 def _probe_row(
-    live: list[_Fn], row: AuditRow, other: str | None, longest: int, tally: _Tally, total_tally: _Tally
+    live: list[_Fn],
+    row: AuditRow,
+    other: str | None,
+    longest: int,
+    tally: _Tally,
+    total_tally: _Tally,
+    thinking: bool | None,
 ) -> tuple[list[Pair], bool]:
     """Every function's verdict on ``row`` (added to ``tally``); the row's pairs and whether it thinks."""
     texts = [completion_text(c) for c in row.completions]
     parts = [split(t, MARKUP) for t in texts]
-    thinks = any(thinking is not None for thinking, _ in parts) or not texts
+    thinks = thinking if thinking is not None else any(block is not None for block, _ in parts) or not texts
     totals = [
         sum(f.audit.weight * (s if is_number(s) else 0.0) for f in live for s in [f.scores.get(row.index, [])[i]
             if i < len(f.scores.get(row.index, [])) else None])

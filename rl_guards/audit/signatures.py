@@ -64,7 +64,7 @@ def detect_framework(fn: Any) -> str:
         return "openrlhf"
     if "solution_str" in names or {"data_source", "ground_truth"} <= names:
         return "verl"
-    if "completions" in names or "prompts" in names:
+    if names & {"completions", "prompts", "completion_ids"} or (var_kw and len(params) == 1):
         return "trl"
     if "completion" in names and (names & set(VERIFIERS_ARGS) or var_kw):
         return "verifiers"

@@ -41,6 +41,9 @@ def register(subparsers: Any) -> None:
                         help="completions per training step, for the projected reward seconds per step (default 256)")
     parser.add_argument("--slow-step-s", type=float, default=10.0,
                         help="projected reward seconds per step above which a function is slow (default 10)")
+    parser.add_argument("--thinking", choices=("auto", "on", "off"), default="auto",
+                        help="the policy writes a think block: on, off, or auto (as the completions do; built "
+                        "completions come both ways)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--html", default=None, metavar="OUT", help="also write an HTML report to OUT")
     parser.set_defaults(func=cmd_audit)
@@ -68,6 +71,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
             input_key=args.input_key,
             label_key=args.label_key,
             reference=args.reference,
+            thinking={"auto": None, "on": True, "off": False}[args.thinking],
             progress=True,
         )
     except ConfigError as exc:
