@@ -69,6 +69,8 @@ CASES: list[tuple[str, str, str, str, set[str]]] = [
     ("trl", "trl_rewards", "raises_accuracy", "trl", {"raises"}),
     ("trl", "trl_rewards", "none_accuracy", "trl", {"returns_none"}),
     ("trl", "trl_rewards", "wrong_count_accuracy", "trl", {"wrong_type"}),
+    ("trl", "trl_rewards", "random_accuracy", "trl", {"nondeterministic"}),
+    ("trl", "trl_rewards", "nan_accuracy", "trl_string", {"nan"}),
     ("verl", "verl_rewards", "clean_compute_score", "verl", set()),
     ("verl", "verl_rewards", "clean_dict_score", "verl", set()),
     ("verl", "verl_rewards", "clean_async_score", "verl", set()),
@@ -86,6 +88,7 @@ CASES: list[tuple[str, str, str, str, set[str]]] = [
     ("openrlhf", "openrlhf_rewards", "clean_tensor_reward_func", "openrlhf", set()),
     ("openrlhf", "openrlhf_rewards", "inverted_reward_func", "openrlhf", {"inverted"}),
     ("openrlhf", "openrlhf_rewards", "prefix_reward_func", "openrlhf", {"reads_prefix"}),
+    ("openrlhf", "openrlhf_rewards", "suffix_reward_func", "openrlhf", {"reads_suffix"}),
     ("openrlhf", "openrlhf_rewards", "thinking_reward_func", "openrlhf", {"reads_thinking"}),
     ("openrlhf", "openrlhf_rewards", "hackable_reward_func", "openrlhf", {"hackable"}),
     ("openrlhf", "openrlhf_rewards", "raises_reward_func", "openrlhf", {"raises"}),
@@ -100,6 +103,9 @@ CASES: list[tuple[str, str, str, str, set[str]]] = [
     ("plain", "plain_rewards", "hackable_grader", "plain", {"hackable"}),
     ("plain", "plain_rewards", "raises_grader", "plain", {"raises"}),
     ("plain", "plain_rewards", "wrong_type_grader", "plain", {"wrong_type"}),
+    ("plain", "plain_rewards", "suffix_grader", "plain", {"reads_suffix"}),
+    ("plain", "plain_rewards", "none_grader", "plain", {"returns_none"}),
+    ("plain", "plain_rewards", "nan_grader", "plain", {"nan"}),
     ("verifiers", "verifiers_rewards", "clean_correct_answer", "verifiers", set()),
     ("verifiers", "verifiers_rewards", "clean_judge", "verifiers", set()),
     ("verifiers", "verifiers_rewards", "clean_parsed", "trl", set()),
@@ -107,6 +113,9 @@ CASES: list[tuple[str, str, str, str, set[str]]] = [
     ("verifiers", "verifiers_rewards", "thinking_answer", "trl", {"reads_thinking"}),
     ("verifiers", "verifiers_rewards", "hackable_answer", "verifiers", {"hackable"}),
     ("verifiers", "verifiers_rewards", "raises_judge", "trl", {"raises"}),
+    ("verifiers", "verifiers_rewards", "prefix_answer", "verifiers", {"reads_prefix"}),
+    ("verifiers", "verifiers_rewards", "wrong_type_answer", "verifiers", {"wrong_type"}),
+    ("verifiers", "verifiers_rewards", "random_answer", "verifiers", {"nondeterministic"}),
 ]
 
 

@@ -35,6 +35,7 @@ from rl_guards.core.completions import completion_text
 from rl_guards.core.probes import (
     HACKABLE,
     HACKS,
+    NEUTRAL_LINE,
     PREFIX,
     REFERENCE_ALONE,
     SUFFIX,
@@ -45,6 +46,7 @@ from rl_guards.core.probes import (
     Variant,
     assess,
     bisect_cut,
+    compose,
     cut_variants,
     plan,
     prefix_detail,
@@ -329,50 +331,73 @@ def _shown(row: AuditRow, completion: Any = None) -> str:
 
 
 # ----- 1. rows: raises / None / NaN / wrong type, and speed -------------------------------------------------------
+# completions a policy writes early or when truncated, scored on a few rows: a function must not raise, or return
+# NaN or a value that is not a score, on them (None is TRL's "not mine"; verl and OpenRLHF cannot take it)
+EDGES: tuple[tuple[str, str], ...] = (
+    ("empty", ""),
+    ("only think tags", compose(NEUTRAL_LINE, "", MARKUP)),
+    ("cut inside the thinking", f"{MARKUP.open_tag}\nLet me work out the"),
+    ("no answer", "I am not sure."),
+)
+EDGE_ROWS = 4
+
+
 def _score_rows(fns: list[_Fn], data: list[AuditRow], progress: bool) -> None:
     bar = _progress(len(fns) * len(data), "audit: scoring rows", progress)
     for index, f in enumerate(fns):
         log = RowErrorLog()
         wrapped = catch_row_errors(f.adapted, index, log)
         raised: list[tuple[AuditRow, Any, str]] = []
-        whole: list[tuple[AuditRow, str]] = []
-        for row in data:
-            bar.update(1)
+        edge_scores: list[tuple[AuditRow, Any, float | None]] = []
+        batches = [(row, list(row.completions), False) for row in data]
+        batches += [(row, _shaped(row, [t for _, t in EDGES]), True) for row in data[:EDGE_ROWS]]
+        for row, completions, edge in batches:
+            if not edge:
+                bar.update(1)
             if f.dead:
                 continue
             tick = time.perf_counter()
             try:
-                values = wrapped(**_call_args(row, list(row.completions)))
+                values = wrapped(**_call_args(row, completions))
             except CallTimeout as exc:
                 f.dead = True
                 f.audit.findings.append(Finding("timeout", f"a call on {_shown(row)} {exc}", rows=[row.index]))
                 continue
             finally:
                 spent = time.perf_counter() - tick
-            f.seconds += spent
-            f.completions += len(row.completions)
-            f.latencies.append(spent / max(len(row.completions), 1))
             if not isinstance(values, list):
-                values = [None] * len(row.completions)
+                values = [None] * len(completions)
+            scores = [None if v is None else float(v) for v in values]
             errors, failed = log.take()
             if index in failed:
-                whole.append((row, failed[index]))
+                raised += [(row, c, failed[index]) for c in completions[:1]]
             for error in errors.get(index, []):
-                raised.append((row, row.completions[error.row] if error.row >= 0 else None, error.error))
-            f.scores[row.index] = [None if v is None else float(v) for v in values]
+                raised.append((row, completions[error.row] if error.row >= 0 else None, error.error))
+            if edge:
+                edge_scores += [(row, c, v) for c, v in zip(completions, scores, strict=False)]
+                continue
+            f.seconds += spent
+            f.completions += len(completions)
+            f.latencies.append(spent / max(len(completions), 1))
+            f.scores[row.index] = scores
         f.audit.rows_scored = sum(1 for s in f.scores.values() if any(is_number(v) for v in s))
-        _row_findings(f, data, raised, whole)
+        _row_findings(f, data, raised, edge_scores)
     bar.close()
 
 
+def _shaped(row: AuditRow, texts: list[str]) -> list[Any]:
+    return [[{"role": "assistant", "content": t}] if isinstance(row.prompt, list) else t for t in texts]
+
+
 def _row_findings(
-    f: _Fn, data: list[AuditRow], raised: list[tuple[AuditRow, Any, str]], whole: list[tuple[AuditRow, str]]
+    f: _Fn,
+    data: list[AuditRow],
+    raised: list[tuple[AuditRow, Any, str]],
+    edges: list[tuple[AuditRow, Any, float | None]],
 ) -> None:
-    typed = [(r, c, e) for r, c, e in raised if e.startswith("RewardTypeError")]
-    typed += [(r, None, e) for r, e in whole if e.startswith("RewardTypeError")]
-    thrown = [(r, c, e) for r, c, e in raised if not e.startswith("RewardTypeError")]
-    thrown += [(r, None, e) for r, e in whole if not e.startswith("RewardTypeError")]
     n = len(data)
+    typed = [(r, c, e) for r, c, e in raised if e.startswith("RewardTypeError")]
+    thrown = [(r, c, e) for r, c, e in raised if not e.startswith("RewardTypeError")]
     for kind, items in (("raises", thrown), ("wrong_type", typed)):
         if not items:
             continue
@@ -384,34 +409,44 @@ def _row_findings(
         f.audit.findings.append(
             Finding(kind, f"{verb} on {len(rows)} of {n} rows, e.g. {_shown(row, completion)}: {error}", rows=rows)
         )
-    nan_rows = [r for r in data if any(v is not None and math.isnan(v) for v in f.scores.get(r.index, []))]
-    if nan_rows:
-        row = nan_rows[0]
-        at = next(i for i, v in enumerate(f.scores[row.index]) if v is not None and math.isnan(v))
+    nan = [(r, c) for r in data for c, v in zip(r.completions, f.scores.get(r.index, []), strict=False)
+           if v is not None and math.isnan(v)]
+    nan += [(r, c) for r, c, v in edges if v is not None and math.isnan(v)]
+    if nan:
+        rows = sorted({r.index for r, _ in nan})
         f.audit.findings.append(
-            Finding("nan", f"returns NaN on {len(nan_rows)} of {n} rows, e.g. {_shown(row, row.completions[at])}",
-                    rows=[r.index for r in nan_rows])
+            Finding("nan", f"returns NaN on {len(rows)} of {n} rows, e.g. {_shown(*nan[0])}", rows=rows)
         )
-    raised_rows = {r.index for r, _, _ in raised} | {r.index for r, _ in whole}
+    raised_rows = {r.index for r, _, _ in raised}
     none_rows = [r for r in data if r.index not in raised_rows and any(v is None for v in f.scores.get(r.index, []))]
+    strict = f.audit.framework in ("verl", "openrlhf")
+    edge_none = [(r, c) for r, c, v in edges if v is None and r.index not in raised_rows]
+    if strict and (none_rows or edge_none):
+        shown = _shown(*edge_none[0]) if not none_rows else _shown(none_rows[0], _first_none(f, none_rows[0]))
+        f.audit.findings.append(
+            Finding("returns_none", f"returns None on {len(none_rows)} of {n} rows"
+                    f"{' and on degenerate completions' if edge_none else ''}, e.g. {shown}", severity="block",
+                    rows=[r.index for r in none_rows])
+        )
+        return
     if not none_rows:
         return
-    mixed = [r for r in none_rows if any(v is not None for v in f.scores[r.index])]
-    strict = f.audit.framework in ("verl", "openrlhf")
     # TRL: None for a whole row is "not my task" (left out of the function's mean); None for some completions of a
-    # row is a score the policy can move (verl and OpenRLHF cannot take None at all)
-    shown = (mixed or none_rows)[0]
-    at = next(i for i, v in enumerate(f.scores[shown.index]) if v is None)
+    # row is a score the policy can move
+    mixed = [r for r in none_rows if any(v is not None for v in f.scores[r.index])]
+    shown_row = (mixed or none_rows)[0]
     message = (
         f"returns None on {len(none_rows)} of {n} rows ({len(mixed)} of them for some completions only), e.g. "
-        f"{_shown(shown, shown.completions[at])}"
+        f"{_shown(shown_row, _first_none(f, shown_row))}"
     )
-    if strict:
-        f.audit.findings.append(Finding("returns_none", message, severity="block", rows=[r.index for r in none_rows]))
-    elif mixed or len(none_rows) == n:
+    if mixed or len(none_rows) == n:
         f.audit.findings.append(Finding("returns_none", message, rows=[r.index for r in (mixed or none_rows)]))
     else:
         f.audit.findings.append(Finding("returns_none", message + " (whole rows: not its task)", severity="info"))
+
+
+def _first_none(f: _Fn, row: AuditRow) -> Any:
+    return next(c for c, v in zip(row.completions, f.scores[row.index], strict=False) if v is None)
 
 
 # ----- 2. the same input twice ------------------------------------------------------------------------------------

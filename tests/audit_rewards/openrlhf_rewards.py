@@ -81,3 +81,7 @@ def nan_reward_func(queries, prompts, labels):
 def random_reward_func(queries, prompts, labels):
     base = clean_tensor_reward_func(queries, prompts, labels)
     return base + torch.tensor([random.random() * 0.1 for _ in queries])
+
+
+def suffix_reward_func(queries, prompts, labels):
+    return torch.tensor([float(str(label) in _NUMBER.findall(q[-80:])) for q, label in zip(queries, labels)])

@@ -44,3 +44,17 @@ def raises_grader(completion, answer):
 
 def wrong_type_grader(completion, answer):
     return "1" if clean_grader(completion, answer) else "0"
+
+
+def suffix_grader(completion, answer):
+    return 1.0 if str(answer) in _NUMBER.findall(completion[-60:]) else 0.0
+
+
+def none_grader(completion, answer):
+    boxed = re.findall(r"\\boxed\{(-?\d+)\}", completion)
+    return (1.0 if boxed[-1] == str(answer) else 0.0) if boxed else None
+
+
+def nan_grader(completion, answer):
+    numbers = [int(n) for n in _NUMBER.findall(_final(completion))]
+    return float("nan") if not numbers else float(numbers[-1] == int(answer))

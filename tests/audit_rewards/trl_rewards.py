@@ -61,3 +61,17 @@ def none_accuracy(completions, answer, **kwargs):
 
 def wrong_count_accuracy(completions, answer, **kwargs):
     return clean_accuracy(completions, answer)[:1]  # one score for the batch
+
+
+def random_accuracy(completions, answer, **kwargs):
+    import random
+
+    return [r + random.uniform(-0.05, 0.05) for r in clean_accuracy(completions, answer)]  # "break ties"
+
+
+def nan_accuracy(completions, answer, **kwargs):
+    out = []
+    for completion, expected in zip(completions, answer):
+        numbers = [float(n) for n in _NUMBER.findall(_text(completion).split("</think>")[-1])]
+        out.append(sum(n == float(expected) for n in numbers) / len(numbers) if numbers else float("nan"))
+    return out

@@ -42,3 +42,18 @@ def hackable_answer(completion, answer, **kwargs):
 async def raises_judge(prompt, completion, answer, state):
     verdict = re.search(r"\\boxed\{(-?\d+)\}", _text(completion)).group(1)  # AttributeError without \boxed{}
     return float(verdict == str(answer))
+
+
+def prefix_answer(completion, answer, **kwargs):
+    numbers = _NUMBER.findall(_text(completion)[:120])
+    return 1.0 if numbers and numbers[-1] == str(answer) else 0.0
+
+
+def wrong_type_answer(completion, answer, **kwargs):
+    return [clean_correct_answer(completion, answer)]  # a list where verifiers wants a float
+
+
+def random_answer(completion, answer, **kwargs):
+    import random
+
+    return clean_correct_answer(completion, answer) * random.choice([0.9, 1.0])
