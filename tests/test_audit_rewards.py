@@ -297,3 +297,29 @@ def test_cli_exit_2_on_an_unreadable_dataset(tmp_path: Path) -> None:
 def test_unknown_signature_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="--framework"):
         detect_framework(lambda x: x)
+
+
+def test_completions_sampled_from_a_local_model(tiny, tmp_path: Path) -> None:
+    """``--model DIR``: the tiny model's samples are what the functions score (rows, speed, probes on them)."""
+    dataset = _write_jsonl(tmp_path / "d.jsonl", [{"prompt": [{"role": "user", "content": q}], "answer": a}
+                                                   for q, a in ROWS[:4]])
+    fn = load_function(f"{HERE / 'trl_rewards.py'}:clean_accuracy")
+    report = audit_rewards([fn], str(dataset), model=tiny.model_dir, samples=2, max_new_tokens=8, probe_rows=4)
+    assert report.completions == f"sampled from {tiny.model_dir}"
+    assert report.functions[0].speed["rows_per_s"] > 0 and report.functions[0].rows_scored == 4
+    assert report.exit_code == 0, [f.message for f in report.functions[0].findings]
+
+
+@pytest.mark.parametrize(
+    ("name", "kinds"),
+    [("clean_correct", set()), ("clean_keyed", set()), ("hackable_contains", {"hackable"}),
+     ("thinking_contains", {"reads_thinking"}), ("inverted_correct", {"inverted"}), ("raises_boxed", {"raises"})],
+)
+def test_verifiers_v1_rewards_with_the_installed_trace(data: dict[str, Path], name: str, kinds: set[str]) -> None:
+    """The installed verifiers' own API (0.4: ``@vf.reward (task, trace)``), called with a real ``Trace``."""
+    pytest.importorskip("verifiers.v1")
+    fn = load_function(f"{HERE / 'verifiers_v1_rewards.py'}:{name}")
+    assert detect_framework(fn) == "verifiers"
+    report = audit_rewards([fn], str(data["verifiers"]), probe_rows=8)
+    found = {f.kind for f in report.functions[0].findings if f.severity != "info"}
+    assert (kinds <= found and report.exit_code == 1) if kinds else (found == set() and report.exit_code == 0), found

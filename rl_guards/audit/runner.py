@@ -208,6 +208,8 @@ def audit_rewards(
     completions: str | None = None,
     model: str | None = None,
     device: str = "cpu",
+    samples: int = 4,
+    max_new_tokens: int = 256,
     rows: int = 200,
     probe_rows: int = 12,
     repeat_rows: int = 8,
@@ -251,7 +253,8 @@ def audit_rewards(
     elif model is not None:
         from rl_guards.audit.sampling import sample_completions
 
-        sample_completions(data, model, device=device, progress=progress)
+        sample_completions(data, model, device=device, samples=samples, max_new_tokens=max_new_tokens,
+                           progress=progress)
         source = f"sampled from {model}"
     build_completions(data, thinking=thinking is not False)
     data = [r for r in data if r.completions]

@@ -13,7 +13,10 @@ verl        ``compute_score(data_source, solution_str, ground_truth,         a f
 openrlhf    ``reward_func(queries, prompts, labels)`` (batch; ``queries``    a tensor / list, or a dict with
             = prompt + response)                                             ``rewards``
 verifiers   ``f(completion, answer, prompt=, state=, info=, task=,           a float
-            parser=)`` (one sample; only the arguments it names)
+            parser=)`` (one sample; only the arguments it names); with       (v1: or a mapping of keyed scores,
+            verifiers >= 0.4 (``verifiers.v1``), a ``@vf.reward``            summed)
+            ``f(task, trace)``: ``trace.last_reply`` the completion,
+            ``task`` the row's ``TaskData`` with every column
 plain       ``f(completion, answer)`` (one sample)                           a float
 ==========  ===============================================================  =====================================
 
@@ -68,6 +71,8 @@ def detect_framework(fn: Any) -> str:
         return "trl"
     if "completion" in names and (names & set(VERIFIERS_ARGS) or var_kw):
         return "verifiers"
+    if "trace" in names and names <= {"self", "task", "trace", "runtime"}:
+        return "verifiers"  # verifiers.v1: a @vf.reward (task, trace)
     positional = [p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if len(positional) >= 2:
         return "plain"
@@ -80,6 +85,8 @@ def detect_framework(fn: Any) -> str:
 
 def score_value(value: Any, framework: str) -> float | None:
     """One returned value as a score (NaN kept: the audit reports it); RewardTypeError for anything else."""
+    if isinstance(value, dict) and framework == "verifiers":  # v1 keyed scores, each recorded with the weight
+        value = sum(score_value(v, framework) or 0.0 for v in value.values())
     if isinstance(value, dict):
         key = "score" if framework == "verl" else "reward"
         if key not in value:
@@ -250,6 +257,10 @@ class Adapted:
                     kwargs = {k: v for k, v in kwargs.items() if k in self._params}
                 calls.append(lambda kwargs=kwargs: self.fn(**kwargs))
             return [score_value(v, fw) for v in _gather([c() for c in calls])]
+        if fw == "verifiers" and "trace" in self._params:
+            values = [self.fn(**self._v1_args(prompts[i], texts[i], {k: v[i] for k, v in columns.items()}))
+                      for i in range(n)]
+            return [score_value(v, fw) for v in _gather(values)]
         if fw == "verifiers":
             values = []
             for i in range(n):
@@ -269,6 +280,23 @@ class Adapted:
             return [score_value(v, fw) for v in _gather(values)]
         # plain: fn(completion, answer)
         return [score_value(v, fw) for v in _gather([self.fn(texts[i], self._ref(columns, i)) for i in range(n)])]
+
+
+    def _v1_args(self, prompt: Any, text: str, row: dict[str, Any]) -> dict[str, Any]:
+        """``task`` and ``trace`` as ``verifiers.v1`` ``Task.score`` hands them to a ``@vf.reward``."""
+        import verifiers.v1 as vf
+        from pydantic import create_model
+        from verifiers.v1.trace import Trace, TraceTask
+
+        if getattr(self, "_data_cls", None) is None:
+            reserved = set(vf.TaskData.model_fields)
+            fields: Any = {k: (Any, None) for k in row if k not in reserved and k.isidentifier()}
+            self._data_cls = create_model("AuditTaskData", __base__=vf.TaskData, **fields)
+        data = self._data_cls(prompt=prompt_text(prompt), **{k: v for k, v in row.items()
+                                                           if k in self._data_cls.model_fields and k != "prompt"})
+        agent = vf.AgentInfo(config=vf.AgentConfig(), name="rl-guards audit", trainable=False)
+        trace = Trace(task=TraceTask(type="AuditTask", data=data), agent=agent, root_reply=text)
+        return {k: v for k, v in {"task": data, "trace": trace, "runtime": None}.items() if k in self._params}
 
 
 class _LastMessageParser:

@@ -30,6 +30,8 @@ def register(subparsers: Any) -> None:
                         "jsonl of prompt/completion rows (default: built from the reference answers)")
     source.add_argument("--model", default=None, help="local model folder to sample completions from (HF generate)")
     parser.add_argument("--device", default="cpu", help="device for --model (cpu, cuda, cuda:1, ...)")
+    parser.add_argument("--samples", type=int, default=4, help="completions per row sampled with --model (4)")
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="token cap of --model samples (256)")
     parser.add_argument("--rows", type=int, default=200, help="dataset rows to score (default 200)")
     parser.add_argument("--weights", type=float, nargs="+", default=None, help="one weight per REWARD")
     parser.add_argument("--reference", default=None, help="reference-answer column (default: found by name)")
@@ -63,6 +65,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
             completions=args.completions,
             model=args.model,
             device=args.device,
+            samples=args.samples,
+            max_new_tokens=args.max_new_tokens,
             rows=args.rows,
             probe_rows=args.probe_rows,
             timeout=args.timeout,
