@@ -323,3 +323,16 @@ def test_verifiers_v1_rewards_with_the_installed_trace(data: dict[str, Path], na
     report = audit_rewards([fn], str(data["verifiers"]), probe_rows=8)
     found = {f.kind for f in report.functions[0].findings if f.severity != "info"}
     assert (kinds <= found and report.exit_code == 1) if kinds else (found == set() and report.exit_code == 0), found
+
+
+def test_the_audit_and_its_help_never_import_torch() -> None:
+    """Auditing a plain grader must not pay torch/transformers' import (only --model needs them)."""
+    code = (
+        "import sys\n"
+        "from rl_guards.cli.main import build_parser\n"
+        "import rl_guards.audit, rl_guards.audit.render\n"
+        "build_parser()\n"
+        "print(','.join(sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == ""
