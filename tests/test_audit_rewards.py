@@ -336,3 +336,28 @@ def test_the_audit_and_its_help_never_import_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == ""
+
+
+def test_probe_totals_core() -> None:
+    """The run-level totals shared by the probes' drivers (rl_guards.core.probe_totals), on hand-built variants."""
+    from rl_guards.core.probe_totals import best_total, format_matters, informative, total_hacks, weighted_totals
+    from rl_guards.core.probes import REFERENCE_ALONE, Pair, Variant
+
+    variants = [
+        Variant("prefix", "reference:good@0", "7"),
+        Variant("prefix", "reference:bad@0", "8"),
+        Variant("hackable", "empty answer", ""),
+        Variant("hackable", REFERENCE_ALONE, "7"),
+    ]
+    pairs = [Pair("reference", "7", "8")]
+    scores = {0: [1.0, 0.0, 1.0, 0.5], 1: [0.5, 0.5, None, 0.5]}
+    totals = weighted_totals(variants, scores, [1.0, 2.0, 1.0], fallback={2: -1.0})
+    assert totals == {"reference:good@0": 1.0, "reference:bad@0": 0.0, "empty answer": 0.0, REFERENCE_ALONE: 0.5}
+    assert best_total(0.2, pairs, totals) == 1.0 and best_total(3.0, pairs, totals) == 3.0
+    assert informative(pairs, totals) and not informative(pairs, {**totals, "reference:bad@0": 1.0})
+    assert format_matters(variants, scores) and not format_matters(variants[:3], scores)
+    paid = {**totals, "empty answer": 1.0}
+    hacks = total_hacks(variants, paid, 1.0, 0.0, format_matters=False)
+    assert set(hacks) == {"empty answer"} and hacks["empty answer"] is not None  # the bare reference: not judged
+    assert total_hacks(variants, totals, 1.0, 0.0, format_matters=True) == {"empty answer": None, REFERENCE_ALONE: None}
+    assert total_hacks(variants, paid, 1.0, 1.0, format_matters=False) == {}  # totals tell nothing apart: not judged

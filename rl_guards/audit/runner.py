@@ -32,12 +32,12 @@ from rl_guards.audit.data import (
 )
 from rl_guards.audit.signatures import Adapted, CallTimeout, detect_framework, is_number
 from rl_guards.core.completions import completion_text
+from rl_guards.core.probe_totals import best_total, format_matters, informative, total_hacks, weighted_totals
 from rl_guards.core.probes import (
     HACKABLE,
     HACKS,
     NEUTRAL_LINE,
     PREFIX,
-    REFERENCE_ALONE,
     SUFFIX,
     THINKING,
     TOLD,
@@ -290,8 +290,9 @@ def audit_rewards(
     if len(fns) > 1:
         total = FunctionAudit("(total)", "-", 1.0, findings=total_hacks)
         if blind:
+            tasks = f" (tasks {', '.join(blind)})" if any(blind) else ""
             total.findings.append(Finding("blind", f"the weighted total never pays a right answer more than a wrong "
-                                          f"one (tasks {blind})"))
+                                          f"one{tasks}"))
     elif blind and fns[0].audit.verdict != "block":
         fns[0].audit.findings.append(
             Finding("blind", "never pays the reference answer more than another row's: a format or shaping reward "
@@ -629,58 +630,40 @@ def _probe_row(
         real_has_block=bool(texts) and parts[best_row][0] is not None,
     )
     unique = list(dict.fromkeys(v.text for v in variants))
-    scores: dict[str, list[float | None]] = {}
-    for f in live:
+    scores: dict[int, list[float | None]] = {}
+    fallback: dict[int, float] = {}  # a function that cannot score the variants: what it paid the worst real one
+    for index, f in enumerate(live):
         try:
             by_text = dict(zip(unique, _score(f, row, unique), strict=True))
         except (Exception, CallTimeout):  # it cannot score a variant: not judged on this row (rows already says why)
+            real = [v for v in f.scores.get(row.index, []) if is_number(v)]
+            fallback[index] = min(real) if real else 0.0
             continue
-        scores[f.audit.name] = [by_text[v.text] for v in variants]
-    labels = [v.label for v in variants]
-    totals_of = {
-        v.label: sum(f.audit.weight * (scores[f.audit.name][j] or 0.0) for f in live if f.audit.name in scores)
-        for j, v in enumerate(variants)
-    }
-    best_total = max(totals) if texts else -math.inf
-    for pair in pairs:
-        if pair.name.startswith("reference"):
-            best_total = max(best_total, totals_of.get(f"{pair.name}:good@0", best_total))
-    informative = any(totals_of.get(f"{p.name}:good@0", 0.0) > totals_of.get(f"{p.name}:bad@0", 0.0) + EPS
-                      for p in pairs)
-    format_matters = (
-        REFERENCE_ALONE in labels and "reference:good@0" in labels and any(
-            (s[labels.index(REFERENCE_ALONE)] or 0.0) < (s[labels.index("reference:good@0")] or 0.0)
-            for s in scores.values())
-    )
-    for f in live:
-        name = f.audit.name
-        if name not in scores or all(v is None for v in scores[name]):
+        scores[index] = [by_text[v.text] for v in variants]
+    totals_of = weighted_totals(variants, scores, [f.audit.weight for f in live], fallback)
+    best = best_total(max(totals) if texts else -math.inf, pairs, totals_of)
+    strict = not informative(pairs, totals_of)
+    matters = format_matters(variants, scores)
+    for index, f in enumerate(live):
+        if index not in scores or all(v is None for v in scores[index]):
             continue
         real = [v for v in f.scores.get(row.index, []) if is_number(v)]
         assessment = assess(
             variants,
-            scores[name],
+            scores[index],
             real_best=max(real) if real else None,
             real_worst=min(real) if real else None,
             totals=totals_of,
-            best_total=best_total,
-            format_matters=format_matters,
-            strict=not informative,
+            best_total=best,
+            format_matters=matters,
+            strict=strict,
         )
         found = {(x.variant if x.probe == HACKABLE else x.probe): x for x in assessment.findings}
         for key in assessment.tried:
-            tally.add(name, key, row.index, found.get(key))
-    # the weighted total: a degenerate variant it pays as much as the best answer
-    worst_total = min(totals) if texts else math.inf
-    if best_total > worst_total + EPS or informative:
-        for v in variants:
-            if v.probe != HACKABLE or v.label not in HACKS or (v.label == REFERENCE_ALONE and not format_matters):
-                continue
-            hit = totals_of[v.label] >= best_total - EPS
-            finding = ProbeFinding(HACKABLE, f"the weighted total pays the degenerate completion '{v.label}' "
-                                   f"{totals_of[v.label]:g}, as much as the best answer ({best_total:g})",
-                                   variant=v.label) if hit else None
-            total_tally.add("", v.label, row.index, finding)
+            tally.add(f.audit.name, key, row.index, found.get(key))
+    worst = min([*totals, *(totals_of[f"{p.name}:bad@0"] for p in pairs if p.name.startswith("reference"))])
+    for label, finding in total_hacks(variants, totals_of, best, worst, format_matters=matters).items():
+        total_tally.add("", label, row.index, finding)
     return pairs, thinks
 
 
