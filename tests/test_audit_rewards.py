@@ -361,3 +361,27 @@ def test_probe_totals_core() -> None:
     assert set(hacks) == {"empty answer"} and hacks["empty answer"] is not None  # the bare reference: not judged
     assert total_hacks(variants, totals, 1.0, 0.0, format_matters=True) == {"empty answer": None, REFERENCE_ALONE: None}
     assert total_hacks(variants, paid, 1.0, 1.0, format_matters=False) == {}  # totals tell nothing apart: not judged
+
+
+@pytest.mark.parametrize("thinking", [None, False])
+def test_healthy_graders_of_the_in_run_precision_suite_are_silent(tmp_path: Path, thinking: bool | None) -> None:
+    """rl_guards.testing.healthy's graders (the in-run probes' precision suite) on the two-task tiny dataset: every
+    function and the total ok (each task's function returns None on the other task's rows: not its task)."""
+    from rl_guards.testing import healthy, make_dataset
+    from rl_guards.testing.rewards import arith_correct, echo_match, length_penalty
+
+    path = tmp_path / "tiny.jsonl"
+    _write_jsonl(path, [dict(r) for r in make_dataset(n_per_task=12)])
+    suites = [
+        [healthy.last_number_reward],
+        [healthy.exact_match_reward],
+        [healthy.boxed_reward],
+        [healthy.xml_correctness_reward, healthy.strict_format_reward, healthy.soft_format_reward,
+         healthy.xmlcount_reward],
+        [arith_correct, echo_match, length_penalty],
+    ]
+    for funcs in suites:
+        report = audit_rewards(funcs, str(path), thinking=thinking, probe_rows=8)
+        loud = [(a.name, f.kind) for a in [*report.functions, *([report.total] if report.total else [])]
+                for f in a.findings if f.severity != "info"]
+        assert report.exit_code == 0 and loud == [], loud
