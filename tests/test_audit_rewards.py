@@ -385,3 +385,27 @@ def test_healthy_graders_of_the_in_run_precision_suite_are_silent(tmp_path: Path
         loud = [(a.name, f.kind) for a in [*report.functions, *([report.total] if report.total else [])]
                 for f in a.findings if f.severity != "info"]
         assert report.exit_code == 0 and loud == [], loud
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json", "csv", "parquet", "datasets"])
+def test_every_dataset_format(tmp_path: Path, fmt: str) -> None:
+    import datasets
+
+    records = [{"prompt": q, "answer": a} for q, a in ROWS]
+    ds = datasets.Dataset.from_list(records)
+    path = tmp_path / f"d.{fmt}" if fmt != "datasets" else tmp_path / "saved"
+    if fmt == "jsonl":
+        _write_jsonl(path, records)
+    elif fmt == "json":
+        path.write_text(json.dumps(records), encoding="utf-8")
+    elif fmt == "csv":
+        ds.to_csv(str(path), index=False)
+    elif fmt == "parquet":
+        ds.to_parquet(str(path))
+    else:
+        datasets.DatasetDict({"train": ds}).save_to_disk(str(path))
+    fn = load_function(f"{HERE / 'plain_rewards.py'}:clean_grader")
+    report = audit_rewards([fn], str(path))
+    assert report.rows == len(ROWS) and report.reference == "answer" and report.exit_code == 0
+    inverted = load_function(f"{HERE / 'plain_rewards.py'}:inverted_grader")
+    assert audit_rewards([inverted], str(path)).functions[0].verdict == "block"
