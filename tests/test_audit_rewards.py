@@ -61,6 +61,7 @@ CASES: list[tuple[str, str, str, str, set[str]]] = [
     ("trl", "trl_rewards", "clean_accuracy", "trl", set()),
     ("trl", "trl_rewards", "clean_accuracy", "trl_string", set()),
     ("trl", "trl_rewards", "clean_length_penalty", "trl", set()),
+    ("trl", "trl_rewards", "clean_async_judge", "trl", set()),
     ("trl", "trl_rewards", "inverted_accuracy", "trl", {"inverted"}),
     ("trl", "trl_rewards", "prefix_accuracy", "trl", {"reads_prefix"}),
     ("trl", "trl_rewards", "suffix_accuracy", "trl_string", {"reads_suffix"}),

@@ -219,7 +219,7 @@ def read_completions(path: str | Path) -> list[tuple[str, Any]]:
 
 def attach_completions(rows: list[AuditRow], pairs: list[tuple[str, Any]], per_row: int = 8) -> int:
     """Give each dataset row the completions whose prompt holds its prompt text; how many rows got some."""
-    keys = [(row, row.prompt_text.strip()) for row in rows]
+    keys = sorted(((row, row.prompt_text.strip()) for row in rows), key=lambda k: -len(k[1]))  # longest match first
     exact: dict[str, list[AuditRow]] = {}
     for row, key in keys:
         exact.setdefault(key, []).append(row)

@@ -695,7 +695,7 @@ def _speed(f: _Fn, batch_size: int, slow_step_s: float) -> None:
     per = f.seconds / max(f.completions, 1)
     step = per * batch_size
     f.audit.speed = {
-        "rows_per_s": round(f.completions / f.seconds, 1) if f.seconds > 0 else float("inf"),
+        "rows_per_s": round(f.completions / max(f.seconds, 1e-9), 1),
         "p50_ms": round(1000 * statistics.median(ordered), 4),
         "p99_ms": round(1000 * p99, 4),
         "step_s": round(step, 4),
