@@ -238,8 +238,9 @@ THINK_LINE = "Let me work it out step by step."
 
 def build_completions(rows: list[AuditRow], thinking: bool = True) -> None:
     """Completions from the reference answers, for rows that have none: the right answer and another row's (wrong)
-    one, bare, as "The answer is X." and ``\\boxed{X}``, each also after a think block (``thinking``)."""
-    from rl_guards.core.probes import compose
+    one, bare and in the probes' answer forms ("The answer is X.", ``\\boxed{X}``, ``<answer>X</answer>``,
+    ``#### X``), each also after a think block (``thinking``)."""
+    from rl_guards.core.probes import REFERENCE_FORMS, compose
     from rl_guards.core.think_markup import THINK
 
     answers = [r.reference for r in rows if r.reference is not None]
@@ -249,7 +250,7 @@ def build_completions(rows: list[AuditRow], thinking: bool = True) -> None:
         wrong = next((a for a in answers if a != row.reference), None)
         texts: list[str] = []
         for answer in [row.reference] + ([wrong] if wrong is not None else []):
-            for form in ("{}", "The answer is {}.", "\\boxed{{{}}}"):
+            for form in ("{}", *(f for _, f in REFERENCE_FORMS)):
                 text = form.format(answer)
                 texts += [text, compose(THINK_LINE, text, THINK)] if thinking else [text]
         conversational = isinstance(row.prompt, list)

@@ -295,8 +295,9 @@ def audit_rewards(
                                           f"one{tasks}"))
     elif blind and fns[0].audit.verdict != "block":
         fns[0].audit.findings.append(
-            Finding("blind", "never pays the reference answer more than another row's: a format or shaping reward "
-                    "(not judged for inverted, prefix or thinking)")
+            Finding("blind", "never paid the reference answer more than another row's in the forms tried (bare, "
+                    "'The answer is X.', \\boxed{X}, with and without a think block): a format or shaping term, or a "
+                    "grader of another answer form (not judged for inverted)")
         )
     if ref_col is None:
         for f in fns:
@@ -700,6 +701,7 @@ def _speed(f: _Fn, batch_size: int, slow_step_s: float) -> None:
         "p99_ms": round(1000 * p99, 4),
         "step_s": round(step, 4),
         "batch_size": batch_size,
+        "completions": f.completions,
     }
     if step > slow_step_s:
         f.audit.findings.append(
