@@ -224,7 +224,18 @@ def test_completions_from_a_jsonl_and_a_trl_completions_parquet(data: dict[str, 
     templated = [{"step": 5, "prompt": f"<|im_start|>user\n{r['prompt']}<|im_end|>\n<|im_start|>assistant\n",
                   "completion": r["completion"], "reward": 0.0} for r in rows]
     pq.write_table(pa.Table.from_pylist(templated), parquet / "completions_00005.parquet")
-    for source in (jsonl, parquet / "completions_00005.parquet", tmp_path):
+    # as GRPOTrainer(log_completions=True) writes a conversational run: messages, through pandas
+    import pandas as pd
+
+    pd.DataFrame({
+        "step": [7] * len(rows),
+        "prompt": [[{"role": "system", "content": "Be brief."}, {"role": "user", "content": r["prompt"]}]
+                   for r in rows],
+        "completion": [[{"role": "assistant", "content": r["completion"]}] for r in rows],
+        "clean_accuracy": [0.0] * len(rows),
+        "advantage": [0.0] * len(rows),
+    }).to_parquet(parquet / "completions_00007.parquet")
+    for source in (jsonl, parquet / "completions_00005.parquet", parquet / "completions_00007.parquet", tmp_path):
         clean = load_function(f"{HERE / 'trl_rewards.py'}:clean_accuracy")
         report = audit_rewards([clean], str(data["trl"]), completions=str(source))
         assert f"{len(ROWS)} of {len(ROWS)} rows matched" in report.completions
