@@ -421,3 +421,36 @@ def test_every_dataset_format(tmp_path: Path, fmt: str) -> None:
     assert report.rows == len(ROWS) and report.reference == "answer" and report.exit_code == 0
     inverted = load_function(f"{HERE / 'plain_rewards.py'}:inverted_grader")
     assert audit_rewards([inverted], str(path)).functions[0].verdict == "block"
+
+
+def test_nothing_to_score_is_could_not_check(tmp_path: Path) -> None:
+    path = _write_jsonl(tmp_path / "d.jsonl", [{"prompt": q} for q, _ in ROWS])
+    with pytest.raises(ConfigError, match="nothing to score"):
+        audit_rewards([load_function(f"{HERE / 'trl_rewards.py'}:clean_length_penalty")], str(path))
+    result = _cli(f"{HERE / 'trl_rewards.py'}:clean_length_penalty", "--dataset", str(path))
+    assert result.returncode == 2 and "nothing to score" in result.stderr
+
+
+def test_callable_objects_and_partials(data: dict[str, Path]) -> None:
+    """TRL's parameterised rewards are small classes with a fixed __name__; partials bind a parameter."""
+    import functools
+
+    class MatchReward:
+        __name__ = "match_reward"
+
+        def __init__(self, flip: bool) -> None:
+            self.flip = flip
+
+        def __call__(self, completions: list, answer: list, **kwargs: object) -> list[float]:
+            grader = load_function(f"{HERE / 'trl_rewards.py'}:clean_accuracy")
+            return [1.0 - r if self.flip else r for r in grader(completions, answer)]
+
+    def scaled(completion: str, answer: str, scale: float) -> float:
+        return scale * load_function(f"{HERE / 'plain_rewards.py'}:clean_grader")(completion, answer)
+
+    report = audit_rewards([MatchReward(False), functools.partial(scaled, scale=2.0)], str(data["trl"]),
+                           probe_rows=6)
+    assert [(a.name, a.framework, a.verdict) for a in report.functions] == [
+        ("match_reward", "trl", "ok"), ("scaled", "plain", "ok")]
+    flipped = audit_rewards([MatchReward(True)], str(data["trl"]), probe_rows=6)
+    assert "inverted" in {f.kind for f in flipped.functions[0].findings}
