@@ -454,3 +454,10 @@ def test_callable_objects_and_partials(data: dict[str, Path]) -> None:
         ("match_reward", "trl", "ok"), ("scaled", "plain", "ok")]
     flipped = audit_rewards([MatchReward(True)], str(data["trl"]), probe_rows=6)
     assert "inverted" in {f.kind for f in flipped.functions[0].findings}
+
+
+def test_reference_column_is_the_one_the_function_takes_by_name(tmp_path: Path) -> None:
+    """A TRL dataset with an unrelated ``label`` column: the function's ``answer`` is the reference."""
+    path = _write_jsonl(tmp_path / "d.jsonl", [{"prompt": q, "answer": a, "label": "math"} for q, a in ROWS])
+    report = audit_rewards([load_function(f"{HERE / 'trl_rewards.py'}:clean_accuracy")], str(path))
+    assert report.reference == "answer" and report.exit_code == 0

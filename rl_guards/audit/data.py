@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import json
 import sys
 from collections.abc import Sequence
@@ -131,16 +132,23 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
 
 
 def find_reference(columns: Sequence[str], funcs: Sequence[Any], label_key: str | None = None) -> str | None:
-    """The reference column: verl's ``reward_model.ground_truth``, else OpenRLHF's ``label_key`` when the functions
-    are OpenRLHF's, else the column the functions take by name or the first usual one (as the in-run probes)."""
+    """The reference column: verl's ``reward_model.ground_truth``; else a column the functions take by name; else
+    OpenRLHF's ``label_key`` when present; else the first usual one (``answer``, ``solution``, ... as the probes)."""
     if "reward_model" in columns:
         return "ground_truth"
+    found = reference_column(list(columns), funcs, None)
+    if found is not None and any(found in _parameters(fn) for fn in funcs):
+        return found  # a column a function takes by name
     if label_key and label_key in columns:
         return label_key
-    found = reference_column(list(columns), funcs, None)
-    if found is None and "label" in columns:
-        return "label"
     return found
+
+
+def _parameters(fn: Any) -> set[str]:
+    try:
+        return set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return set()
 
 
 def load_rows(
