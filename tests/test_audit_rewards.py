@@ -461,3 +461,15 @@ def test_reference_column_is_the_one_the_function_takes_by_name(tmp_path: Path) 
     path = _write_jsonl(tmp_path / "d.jsonl", [{"prompt": q, "answer": a, "label": "math"} for q, a in ROWS])
     report = audit_rewards([load_function(f"{HERE / 'trl_rewards.py'}:clean_accuracy")], str(path))
     assert report.reference == "answer" and report.exit_code == 0
+
+
+def test_a_negative_weight_inverts_the_total(data: dict[str, Path]) -> None:
+    """Each function is fine; the rubric's sign is flipped in the weights: only the total says so."""
+    clean = load_function(f"{HERE / 'trl_rewards.py'}:clean_accuracy")
+    length = load_function(f"{HERE / 'trl_rewards.py'}:clean_length_penalty")
+    flipped = audit_rewards([clean, length], str(data["trl"]), weights=[-1.0, 1.0], probe_rows=6)
+    assert [a.verdict for a in flipped.functions] == ["ok", "ok"]
+    assert flipped.total is not None and flipped.total.verdict == "block"
+    assert "inverted" in {f.kind for f in flipped.total.findings}
+    right = audit_rewards([clean, length], str(data["trl"]), weights=[1.0, 1.0], probe_rows=6)
+    assert right.total is not None and right.total.verdict == "ok" and right.exit_code == 0

@@ -573,6 +573,10 @@ def _check_probes(
             )
     out = []
     if len(live) > 1:
+        found, tried = total_tally.found.get(("", "inverted"), []), total_tally.tried.get(("", "inverted"), [])
+        if quorum(found, tried, group_of):
+            out.append(Finding("inverted", f"{total_tally.detail[('', 'inverted')][0].detail}; seen on {len(found)} "
+                               f"of the {len(tried)} rows probed", rows=found))
         hacks = [h for h in HACKS if quorum(total_tally.found.get(("", h), []), total_tally.tried.get(("", h), []),
                                             group_of)]
         for h in hacks[:1]:
@@ -665,6 +669,13 @@ def _probe_row(
     worst = min([*totals, *(totals_of[f"{p.name}:bad@0"] for p in pairs if p.name.startswith("reference"))])
     for label, finding in total_hacks(variants, totals_of, best, worst, format_matters=matters).items():
         total_tally.add("", label, row.index, finding)
+    # the weighted total itself inverted (a negative weight, a sign flipped between functions)
+    gaps = [totals_of[f"{p.name}:good@0"] - totals_of[f"{p.name}:bad@0"] for p in pairs if p.name != "real"]
+    if any(abs(g) > EPS for g in gaps):
+        down = all(g <= EPS for g in gaps)
+        detail = (f"the weighted total pays a wrong answer more than the right one (by up to {-min(gaps):g}) in every "
+                  "answer form it tells apart")
+        total_tally.add("", "inverted", row.index, ProbeFinding("inverted", detail) if down else None)
     return pairs, thinks
 
 
