@@ -412,7 +412,8 @@ def _row_findings(
             error = error.split(" (at ", 1)[0].removeprefix("RewardTypeError: ")
         verb = "raises" if kind == "raises" else "returns a value that is not a score"
         f.audit.findings.append(
-            Finding(kind, f"{verb} on {len(rows)} of {n} rows, e.g. {_shown(row, completion)}: {error}", rows=rows)
+            Finding(kind, f"{verb} on {len(items)} completion(s) in {len(rows)} of {n} rows, e.g. "
+                    f"{_shown(row, completion)}: {error}", rows=rows)
         )
     nan = [(r, c) for r in data for c, v in zip(r.completions, f.scores.get(r.index, []), strict=False)
            if v is not None and math.isnan(v)]
