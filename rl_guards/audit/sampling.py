@@ -1,0 +1,60 @@
+"""Completions for the audit sampled from a local model (``--model DIR``): HF ``generate``, prompts rendered as
+GRPOTrainer renders them, decoded as TRL hands them to reward functions (special tokens skipped)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rl_guards.audit.data import AuditRow
+
+
+def sample_completions(
+    rows: Sequence[AuditRow],
+    model_dir: str,
+    *,
+    device: str = "cpu",
+    samples: int = 4,
+    max_new_tokens: int = 256,
+    batch_size: int = 8,
+    temperature: float = 1.0,
+    seed: int = 0,
+    progress: bool = False,
+) -> None:
+    """Give every row ``samples`` completions from the model in ``model_dir`` (a progress bar on a terminal)."""
+    import torch
+    from tqdm import tqdm
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    from rl_guards.trl.length_probe import _eos_ids
+    from rl_guards.trl.template_check import tokenize_generation_prompts
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).to(device)
+    model.eval()
+    eos = _eos_ids(model, tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
+    config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=True, temperature=temperature, top_k=0,
+                              pad_token_id=pad, eos_token_id=eos)
+    torch.manual_seed(seed)
+    todo = [row for row in rows for _ in range(samples)]
+    bar = tqdm(total=len(todo), desc="audit: sampling", disable=None if progress else True, file=sys.stderr)
+    for start in range(0, len(todo), batch_size):
+        chunk = todo[start : start + batch_size]
+        rendered = tokenize_generation_prompts(tokenizer, [row.prompt for row in chunk])
+        width = max(len(r) for r in rendered)
+        input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rendered], device=device)
+        attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rendered], device=device)
+        with torch.no_grad():
+            out = model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config)
+        for row, ids in zip(chunk, out[:, width:].tolist(), strict=True):
+            end = next((i for i, t in enumerate(ids) if t in eos), len(ids))
+            text = tokenizer.decode(ids[: end + 1], skip_special_tokens=True)
+            completion: Any = [{"role": "assistant", "content": text}] if isinstance(row.prompt, list) else text
+            row.completions.append(completion)
+        bar.update(len(chunk))
+    bar.close()
+
+
+__all__ = ["sample_completions"]
