@@ -97,27 +97,25 @@ def blocking_message(findings: list[PreflightFinding]) -> str:
 
 
 def log_to_wandb(result: PreflightReport) -> bool:
-    """Log the findings table and the rendered report to the active W&B run; never raises."""
+    """Log the findings table and the rendered report to the active tracker runs (W&B, trackio); never raises."""
     try:
         from rl_guards.trl import wandb_io
 
         if wandb_io.active_run() is None:
             return False
-        import wandb
-
         rows = [[f.severity, f.topic, f.code, f.message, f.fix] for f in result.sorted_findings()]
-        table = wandb_io.table(["severity", "topic", "code", "message", "fix"], rows)
-        data: dict[str, Any] = {WANDB_REPORT_KEY: wandb.Html(f"<pre>{html.escape(result.render())}</pre>")}
-        if table is not None:
-            data[WANDB_TABLE_KEY] = table
+        data: dict[str, Any] = {
+            WANDB_REPORT_KEY: wandb_io.Html(f"<pre>{html.escape(result.render())}</pre>"),
+            WANDB_TABLE_KEY: wandb_io.table(["severity", "topic", "code", "message", "fix"], rows),
+        }
         logged = wandb_io.log(data)
         counts = result.counts()
         wandb_io.set_summary(
             {"rl_guards/preflight/blocking": counts["blocking"], "rl_guards/preflight/warnings": counts["warning"]}
         )
         return logged
-    except Exception as exc:  # W&B problems never stop a run
-        logger.warning("rl_guards: could not log the preflight report to W&B: %s", exc)
+    except Exception as exc:  # tracker problems never stop a run
+        logger.warning("rl_guards: could not log the preflight report to the tracker: %s", exc)
         return False
 
 

@@ -182,6 +182,8 @@ class GuardRun(TrainerCallback):
         single_task = isinstance(columns, list) and config.tasks.task_column not in columns
         self.session.metric_filter = MetricFilter(config.metrics.level, single_task=single_task)
         self.router = SignalRouter(trainer, self.session, self.ctx.is_main_process)
+        self.router.before_tracker_end = self._end_training  # a tracker's run finishing: the train-end work first
+        self._ended = False
         self.task_labels.seed(counts)
         self._task_registry.update({task_hash(name): name for name in counts})
         for guard in self.guards:
@@ -829,6 +831,7 @@ class GuardRun(TrainerCallback):
 
     # ----- trainer events --------------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._ended = False
         self._restore(state)
         self._file_state(state)
         self.router.write_config(self.config.to_dict())
@@ -869,6 +872,14 @@ class GuardRun(TrainerCallback):
         self._dispatch("on_save", int(state.global_step), self._checkpoint_dir(args, state))
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._end_training(state)
+
+    def _end_training(self, state: Any) -> None:
+        """The guards' train-end work, once: from this event, or earlier from a tracker's callback about to finish
+        its run (trackio's), so the last dump's table and the summary still reach it."""
+        if self._ended:
+            return
+        self._ended = True
         self._dispatch("on_train_end", int(state.global_step))
         if self.ctx.is_main_process:
             from rl_guards.trl import wandb_io
