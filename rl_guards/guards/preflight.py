@@ -4,7 +4,8 @@
 
     setup(ctx)                  # the trainer's args, tokenizer, datasets, rendering path
     on_train_begin(report)      # build the report, print it (main process), log counts + W&B panel,
-                                # blocking findings -> PreflightError (raise) / warn once each / count
+                                # blocking findings -> PreflightError (raise) / warn once each / count;
+                                # the finding kind is the preflight code in every mode
 
 Metrics (logged once, at train start):
 
@@ -74,14 +75,11 @@ class PreflightGuard(Guard):
                 report.info(finding.code, text)
             else:
                 report.notice(finding.code, text)
+        # One finding kind per code, whatever the mode; in raise mode the first one's error lists them all.
         blocking = result.blocking
-        if not blocking:
-            return
-        if self.config.mode == "raise":  # one error listing every blocking finding
-            report.violation("blocking", blocking_message(blocking), PreflightError)
-        else:  # warned once / counted per finding code
-            for finding in blocking:
-                report.violation(finding.code, blocking_message([finding]), PreflightError)
+        for i, finding in enumerate(blocking):
+            shown = blocking if i == 0 and self.config.mode == "raise" else [finding]
+            report.violation(finding.code, blocking_message(shown), PreflightError)
 
 
 def blocking_message(findings: list[PreflightFinding]) -> str:

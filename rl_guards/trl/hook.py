@@ -60,6 +60,7 @@ from rl_guards.rewards.row_errors import CatchRowErrors, RowErrorLog, catch_row_
 from rl_guards.rewards.slicing import drain_watched
 from rl_guards.trl import collectives
 from rl_guards.trl.log_routing import SignalRouter
+from rl_guards.trl.start_checks import run_begin
 
 logger = logging.getLogger("rl_guards")
 
@@ -836,11 +837,7 @@ class GuardRun(TrainerCallback):
         self._file_state(state)
         self.router.write_config(self.config.to_dict())
         step = int(state.global_step)
-        self.session.phase = "begin"
-        try:
-            stop = self._settled(self._run_guards("on_train_begin", step), step)
-        finally:
-            self.session.phase = "run"
+        stop = self._settled(run_begin(self.guards, self.session, step), step)
         self._share_template_verdict()
         # The model is not yet in train mode here; these metrics belong to the first training log.
         self._flush_metrics("train")
