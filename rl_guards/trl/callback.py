@@ -10,7 +10,6 @@ preflight``: :mod:`rl_guards.trl.start_checks`), and one warning names the guard
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import warnings
@@ -18,6 +17,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from rl_guards.collators.trainer_metrics import calling_trainer
 from rl_guards.config import GuardsConfig
 from rl_guards.errors import ConfigError
 from rl_guards.guards.base import Guard, GuardSession, RLGuardsWarning
@@ -26,26 +26,7 @@ from rl_guards.trl.start_checks import context_without_trainer, run_start_checks
 
 logger = logging.getLogger("rl_guards")
 
-_MAX_FRAMES = 12  # how far up the stack the trainer is looked for
-
-
-def calling_trainer() -> Any:
-    """The ``transformers.Trainer`` whose method is on the call stack (the one dispatching this event), or None."""
-    from transformers import Trainer
-
-    frame = inspect.currentframe()
-    try:
-        for _ in range(_MAX_FRAMES):
-            frame = frame.f_back if frame is not None else None
-            if frame is None:
-                return None
-            candidate = frame.f_locals.get("self")
-            if isinstance(candidate, Trainer):
-                return candidate
-        return None
-    finally:
-        del frame
-
+_MAX_FRAMES = 12  # how far up the stack the trainer dispatching on_train_begin is looked for
 
 class GuardsCallback(TrainerCallback):
     """Every guard from ``callbacks=[...]``; ``run`` is the installed :class:`~rl_guards.trl.hook.GuardRun`."""
@@ -76,7 +57,7 @@ class GuardsCallback(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.run is not None:
             return
-        trainer = calling_trainer()
+        trainer = calling_trainer(_MAX_FRAMES)
         reason = _unreachable(trainer)
         if reason is None:
             from rl_guards.trl.hook import GuardRun, install
