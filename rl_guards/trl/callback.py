@@ -28,6 +28,7 @@ logger = logging.getLogger("rl_guards")
 
 _MAX_FRAMES = 12  # how far up the stack the trainer dispatching on_train_begin is looked for
 
+
 class GuardsCallback(TrainerCallback):
     """Every guard from ``callbacks=[...]``; ``run`` is the installed :class:`~rl_guards.trl.hook.GuardRun`."""
 

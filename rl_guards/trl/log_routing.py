@@ -134,11 +134,14 @@ class SignalRouter:
             original_end = callback.on_train_end
 
             def on_train_end(args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-                if self.before_tracker_end is not None:  # every rank: the guards' train-end work may be collective
-                    self.before_tracker_end(state)
-                if self.is_main:
-                    wandb_io.flush_trackio()
-                return original_end(args, state, control, **kwargs)
+                try:
+                    if self.before_tracker_end is not None:  # every rank: the train-end work may be collective
+                        self.before_tracker_end(state)
+                finally:  # a guard stopping here still leaves the tracker's run finished
+                    if self.is_main:
+                        wandb_io.flush_trackio()
+                    result = original_end(args, state, control, **kwargs)
+                return result
 
             callback.on_train_end = on_train_end
 
