@@ -4,13 +4,16 @@ same things on the same planted problems."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from datasets import Dataset
 
 import rl_guards
+from rl_guards.cli.main import main
 from rl_guards.config import GuardsConfig
 from rl_guards.guards.base import GuardSession, RLGuardsWarning
 from rl_guards.trl.callback import GuardsCallback
@@ -60,15 +63,39 @@ def test_the_three_routes_run_the_same_start_checks(make_grpo_trainer: Any, tiny
     assert [g.name for g in callback.guards] == names  # 437f4ff: preflight and template only
     fallback = _begin_findings(callback.session)
 
-    # rl-guards preflight's path: the context built from the parts, no trainer
+    # rl-guards preflight's function: the context built from the parts, no trainer
     ctx = context_without_trainer(
-        tiny_grpo_config(tmp_path / "cli"), tiny.load_tokenizer(), train_dataset=_planted(),
+        tiny_grpo_config(tmp_path / "parts"), tiny.load_tokenizer(), train_dataset=_planted(),
         reward_funcs=[arith_correct, echo_match],
     )  # fmt: skip
     verdict = run_start_checks(ctx, GuardsConfig.from_dict(CONFIG))
-    cli = {(f.guard, f.kind) for f in verdict.findings}
+    parts = {(f.guard, f.kind) for f in verdict.findings}
+
+    # rl-guards preflight itself, on the trl grpo YAML of the same run
+    data = tmp_path / "data"
+    data.mkdir()
+    _planted().to_json(str(data / "train.jsonl"))
+    config = tmp_path / "grpo.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model_name_or_path": tiny.model_dir,
+                "dataset_name": str(data),
+                "reward_funcs": ["rl_guards.testing.rewards.arith_correct", "rl_guards.testing.rewards.echo_match"],
+                "output_dir": str(tmp_path / "cli"),
+                "per_device_train_batch_size": 8,
+                "num_generations": 4,
+                "max_completion_length": 16,
+                "guards": CONFIG,
+            }
+        ),
+        encoding="utf-8",
+    )
+    report = tmp_path / "preflight.json"
+    main(["preflight", str(config), "--json", str(report)])
+    cli = {(f["guard"], f["kind"]) for f in json.loads(report.read_text())["start_checks"]["findings"]}
 
     assert ("template", "prefill_duplicates_template") in installed
     assert ("tasks", "task_column_missing") in installed
-    assert installed == fallback == cli
+    assert installed == fallback == parts == cli
     assert verdict.guards == names
