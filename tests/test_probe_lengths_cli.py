@@ -69,6 +69,7 @@ def test_a_folder_trl_grpo_accepts(tiny: TinySetup, tmp_path: Path, capsys: pyte
         (["--dataset", "{data}", "--device", "cuda"], "CUDA is not available"),
         (["--dataset", "{empty}"], "could not load a dataset"),
         (["{yaml_no_model}"], "not a local folder"),
+        (["{yaml_saved}"], "a save_to_disk folder, which trl grpo cannot load either"),
         (["{tmp}/missing.yaml"], "no such YAML file"),
         ([], "no dataset"),
     ],
@@ -82,6 +83,10 @@ def test_clear_one_line_errors(
         "empty": str(tmp_path / "empty"),
         "yaml_no_model": str(_yaml(tmp_path, model_name_or_path=str(tmp_path / "no-model"), dataset_name="x")),
     }
+    if "{yaml_saved}" in argv:
+        saved = tmp_path / "saved"
+        make_dataset(n_per_task=2).save_to_disk(str(saved))
+        names["yaml_saved"] = str(_yaml(tmp_path, model_name_or_path=tiny.model_dir, dataset_name=str(saved)))
     (tmp_path / "empty").mkdir()
     args = [a.format(**names) for a in argv]
     model = [] if args and args[0].endswith(".yaml") else ["--model", tiny.model_dir]

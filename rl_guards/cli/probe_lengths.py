@@ -162,7 +162,9 @@ def _plan(args: argparse.Namespace) -> dict[str, Any]:
             raise
         except Exception as exc:  # what datasets says about a name or folder it cannot load
             name = getattr(script_args, "dataset_name", None) or "the YAML's datasets"
-            raise ValueError(f"dataset {name}: could not load: {type(exc).__name__}: {_one_line(exc)}") from exc
+            saved = name and any((Path(name) / f).is_file() for f in ("dataset_dict.json", "state.json"))
+            hint = " (a save_to_disk folder, which trl grpo cannot load either: pass it as --dataset)" if saved else ""
+            raise ValueError(f"dataset {name}: could not load{hint}: {type(exc).__name__}: {_one_line(exc)}") from exc
         data = pick_split(dataset, args.split or script_args.dataset_train_split, str(script_args.dataset_name))
         if args.prompt_column not in data.column_names:
             raise ValueError(f"the dataset has no {args.prompt_column!r} column; columns: {data.column_names}")
