@@ -15,6 +15,7 @@ last value and the sum of each key are kept: memory stays bounded however long t
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Collection
@@ -23,10 +24,16 @@ from typing import Any
 MAX_FRAMES = 24  # how far up the stack the trainer is looked for (a DataLoader's collate is ~8 frames down)
 
 
+@functools.cache
+def _trainer_class() -> type:
+    from transformers import Trainer  # a lazy attribute of transformers: slow to look up on every batch
+
+    return Trainer
+
+
 def calling_trainer(max_frames: int = MAX_FRAMES) -> Any:
     """The ``transformers.Trainer`` whose method is on the call stack, or None."""
-    from transformers import Trainer
-
+    trainer_class = _trainer_class()
     frame = inspect.currentframe()
     try:
         for _ in range(max_frames):
@@ -34,7 +41,7 @@ def calling_trainer(max_frames: int = MAX_FRAMES) -> Any:
             if frame is None:
                 return None
             candidate = frame.f_locals.get("self")
-            if isinstance(candidate, Trainer):
+            if isinstance(candidate, trainer_class):
                 return candidate
         return None
     finally:
