@@ -45,7 +45,7 @@ SCRIPT = textwrap.dedent(
         model=tiny.model_dir, processing_class=tiny.load_tokenizer(), reward_funcs=[arith_correct, echo_match],
         args=args, train_dataset=data,
     )
-    rl_guards.install(trainer, {"template": {"mode": "warn"}})
+    rl_guards.install(trainer, {"template": {"mode": sys.argv[2]}})
     trainer.train()
     """
 )
@@ -59,17 +59,19 @@ def _read_store(db: Path) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[
     return rows, alerts, json.loads(config)
 
 
-def test_trackio_gets_the_tables_alerts_summary_config_and_own_section(tiny: Any, tmp_path: Path) -> None:
-    store = tmp_path / "trackio"
+def _run(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRACKIO_")}  # no Space, no server
-    env.update(TRACKIO_DIR=str(store), OMP_NUM_THREADS="1", WANDB_MODE="disabled", HF_HUB_OFFLINE="1")
+    env.update(TRACKIO_DIR=str(tmp_path / "trackio"), OMP_NUM_THREADS="1", WANDB_MODE="disabled", HF_HUB_OFFLINE="1")
     script = tmp_path / "run.py"
     script.write_text(SCRIPT, encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "out")], env=env, capture_output=True, text=True, timeout=300
-    )
+    command = [sys.executable, str(script), str(tmp_path / "out"), mode]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_trackio_gets_the_tables_alerts_summary_config_and_own_section(tiny: Any, tmp_path: Path) -> None:
+    done = _run(tmp_path, "warn")
     assert done.returncode == 0, done.stderr[-3000:]
-    rows, alerts, config = _read_store(store / "rlg.db")
+    rows, alerts, config = _read_store(tmp_path / "trackio" / "rlg.db")
     keys = {k for _, metrics in rows for k in metrics}
     tables = {k for _, m in rows for k, v in m.items() if isinstance(v, dict) and v.get("_type") == "trackio.table"}
     # 437f4ff: none of these tables, no alert, no config entry; the scalars under train/rl_guards/...
@@ -86,3 +88,13 @@ def test_trackio_gets_the_tables_alerts_summary_config_and_own_section(tiny: Any
     assert "rl_guards/findings/template/prefill_duplicates_template" in json.dumps(summary)
     # the rollout table sits in the row of a training step, with the trainer's scalars (no step of its own)
     assert "train/loss" in next(m for _, m in rows if "rl_guards/rollouts" in m)
+
+
+def test_a_stopped_run_still_gives_trackio_its_summary(tiny: Any, tmp_path: Path) -> None:
+    done = _run(tmp_path, "raise")  # the template guard stops the run at train start: no train end follows
+    assert done.returncode != 0 and "TemplateError" in done.stderr
+    rows, alerts, _ = _read_store(tmp_path / "trackio" / "rlg.db")
+    expected = [("rl_guards: template/prefill_duplicates_template", "error")]
+    assert [(title, level) for title, level, _ in alerts] == expected
+    summary = json.dumps(next(m["rl_guards/summary"] for _, m in rows if "rl_guards/summary" in m))
+    assert "rl_guards/stopped_by" in summary and "template/prefill_duplicates_template at step 0" in summary

@@ -929,6 +929,10 @@ class GuardRun(TrainerCallback):
             self.trainer.log({})
         except Exception as exc:  # the stop matters more than its metrics
             logger.warning("rl_guards: could not log the failing batch's metrics: %s", exc)
+        if self.ctx.is_main_process:  # no train end follows: trackio's summary table now
+            from rl_guards.trl import wandb_io
+
+            wandb_io.flush_trackio()
 
     @staticmethod
     def _checkpoint_dir(args: Any, state: Any) -> str:
