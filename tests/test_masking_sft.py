@@ -332,3 +332,53 @@ def test_sft_trainer_runs(
     with pytest.raises(MaskingError, match=kind) as err:
         sft_run(tmp_path, dataset_of(data), template_text, **config)
     assert "Fix:" in str(err.value) and "⟨!" in str(err.value)
+
+
+@pytest.mark.slow
+def test_collator_metrics_reach_the_sft_log_and_stay_bounded(tmp_path: Path) -> None:
+    """Issue 23 #5: the wrapper's metrics reach ``log_history`` through SFTTrainer's own buffer, every logging
+    step, and nothing piles up in the collator (437f4ff: none in the log, one list entry per batch in the session)."""
+    tok = build_tokenizer(2048, "qwen3")
+    warnings.filterwarnings("ignore", "`gradient_checkpointing` is deprecated", FutureWarning)
+    args = SFTConfig(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, gradient_checkpointing=False, report_to="none",
+        max_steps=12, per_device_train_batch_size=2, logging_steps=2, save_strategy="no", disable_tqdm=True,
+    )  # fmt: skip
+    # messages without assistant_only_loss: every token trains, a prompt_trained violation on every batch
+    trainer = SFTTrainer(
+        model=build_model(tok), processing_class=tok, args=args, train_dataset=Dataset.from_dict({"messages": MESSAGES})
+    )
+    collator = MaskCheckingCollator(trainer.data_collator, tok, mode="log")
+    trainer.data_collator = collator
+    trainer.train()
+    rows = [row for row in trainer.state.log_history if "loss" in row]
+    assert len(rows) == 6
+    for row in rows:  # averaged over the two batches of each logging step
+        assert row["rl_guards/masking/violating_rows"] == 2.0 and row["rl_guards/masking/violations"] == 1.0
+    checked = [row["rl_guards/masking/checked_batches"] for row in rows]
+    # a running count, shown as it stands at each log (the loader may have collated a batch ahead)
+    assert checked == sorted(set(checked)) and all(c == int(c) for c in checked) and checked[-1] <= collator.checked
+    assert collator.session.metrics == {}  # popped at every batch
+    assert collator.metrics.last["rl_guards/masking/checked_batches"] == 12.0
+    assert collator.metrics.delivered == 36 and collator.session.counts[("masking", M.PROMPT_TRAINED)] == 12
+    assert len(collator.session.findings) <= collator.session.MAX_FINDINGS_PER_KIND
+
+
+def test_collator_memory_is_bounded_without_a_trainer(qwen_tok: Any) -> None:
+    """Called from a custom loop (no trainer to log to): running values per key, no list growing per batch."""
+    features = [{"input_ids": [1, 2, 3], "labels": [1, 2, 3]}]
+
+    def collate(rows: list[Any]) -> dict[str, Any]:
+        ids = torch.tensor([r["input_ids"] for r in rows])
+        return {"input_ids": ids, "labels": torch.tensor([r["labels"] for r in rows]), "attention_mask": ids * 0 + 1}
+
+    collator = MaskCheckingCollator(collate, qwen_tok, mode="log", expect="completion_only")
+    for _ in range(500):
+        collator(features)
+    assert collator.session.metrics == {} and collator.metrics.delivered == 0
+    assert collator.metrics.last["rl_guards/masking/checked_batches"] == 500.0
+    assert set(collator.metrics.sums) == {
+        "rl_guards/masking/checked_batches",
+        "rl_guards/masking/violating_rows",
+        "rl_guards/masking/violations",
+    }

@@ -180,6 +180,21 @@ def test_guard_warn_and_log_modes_do_not_stop(tmp_path: Path, tokenizer: Any, tr
     assert session.metrics["rl_guards/preflight/warnings"] == [float(len(guard.last_report.warnings))]
 
 
+def test_guard_finding_kind_is_the_code_in_every_mode(tmp_path: Path, tokenizer: Any, train: Dataset) -> None:
+    kinds = {}
+    for mode in ("raise", "warn", "log"):
+        guard = _guard(mode, tmp_path, tokenizer, train, _prerendered_eval(tokenizer, train, enable_thinking=True))
+        session = GuardSession()
+        session.defer = True  # as the TRL adapter runs it: a stop waits for settle()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            guard.on_train_begin(session.reporter("preflight", guard.config, 0))
+            stop = session.settle()
+        assert isinstance(stop, PreflightError) if mode == "raise" else stop is None
+        kinds[mode] = {kind for guard_name, kind in session.counts if guard_name == "preflight"}
+    assert kinds["raise"] == kinds["warn"] == kinds["log"] == {"eval_template_mismatch"}  # 437f4ff: "blocking"
+
+
 def test_guard_raise_mode_passes_a_consistent_run(tmp_path: Path, tokenizer: Any, train: Dataset) -> None:
     guard = _guard("raise", tmp_path, tokenizer, train, train)
     session = GuardSession()

@@ -76,3 +76,15 @@ def test_check_only_does_not_change_masking_behaviour(tok: Any) -> None:
     assert int((batch["labels"][0] == IGNORE_INDEX).sum()) > 0
     thinking_row = rows[1]["input_ids"]
     assert batch["labels"][1].tolist()[: len(thinking_row)] == thinking_row  # the thinking row is left alone
+
+
+def test_audit_metrics_do_not_pile_up(tok: Any) -> None:
+    """Issue 23 #5: per-batch metrics go to the calling trainer's log (none here: a plain loop), else to running
+    values per key; the session keeps no list that grows with every batch (437f4ff: 200 entries)."""
+    quiet = EmptyThinkMasker(collator(tok), tok, {"enable_thinking": False}, check_only=True, mode="log")
+    rows = features(tok, [False, False])
+    for _ in range(200):
+        quiet(rows)
+    assert quiet.session.metrics == {}
+    assert quiet.metrics.sums == {"rl_guards/masking/violations": 200.0}
+    assert quiet.session.counts[("masking", EMPTY_THINK_TRAINED)] == 200 and len(quiet.session.findings) <= 5

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rl_guards.collators.sft_masks import PROBE_ASSISTANT, PROBE_USER, render_chat
+from rl_guards.collators.trainer_metrics import CollatorMetrics
 from rl_guards.config import MaskingConfig
 from rl_guards.core.masks import IGNORE_INDEX, find_subsequence
 from rl_guards.core.templates import extract_empty_think, generation_start, visible_tail
@@ -155,6 +156,7 @@ class EmptyThinkMasker:
         self.config = MaskingConfig(mode=mode)  # type: ignore[arg-type]
         self.config.validate("EmptyThinkMasker")
         self.session = GuardSession()
+        self.metrics = CollatorMetrics()  # rl_guards/masking/violations -> the calling trainer's log
         self.trained_blocks = 0
 
     def __getattr__(self, name: str) -> Any:
@@ -226,7 +228,10 @@ class EmptyThinkMasker:
                 self.masked += 1
         if trained:
             self.trained_blocks += len(trained)
-            self._report_trained(trained, batch)
+            try:
+                self._report_trained(trained, batch)
+            finally:  # into the calling trainer's log; nothing piles up in the session
+                self.metrics.deliver(self.session.pop_metrics())
         return batch
 
     def _report_trained(self, trained: list[tuple[int, int, int]], batch: Mapping[str, Any]) -> None:

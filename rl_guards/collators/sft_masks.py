@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from rl_guards.collators.trainer_metrics import CollatorMetrics
 from rl_guards.config import MaskingConfig
 from rl_guards.core import masks as M
 from rl_guards.errors import ConfigError, MaskingError
@@ -33,6 +34,7 @@ from rl_guards.guards.base import GuardSession
 logger = logging.getLogger("rl_guards")
 
 LABEL_MISMATCH = M.LABEL_MISMATCH
+CHECKED_KEY = "rl_guards/masking/checked_batches"  # a running count
 EXPECTS = ("auto", "assistant_only", "completion_only")
 PROBE_USER = "Probe question seven"  # user turn of the probe conversations rendered to derive markers
 PROBE_ASSISTANT = "Probe answer nine"  # assistant turn of those probes
@@ -188,7 +190,9 @@ class MaskCheckingCollator:
     ``expect``: ``"assistant_only"`` (conversations: only assistant turns train), ``"completion_only"``
     (prompt-completion rows: only the completion trains), or ``"auto"`` (conversations: nothing outside assistant
     turns trains and the last turn does; other rows: a masked prompt, then the completion). ``mode``: ``raise``,
-    ``warn`` (warn once per rule, count), ``log`` (count only). Findings and counts are in ``self.session``.
+    ``warn`` (warn once per rule, count), ``log`` (count only). Findings and counts are in ``self.session``; the
+    metrics (``rl_guards/masking/checked_batches``, ``.../violating_rows``, ``.../violations``) go to the log of the
+    trainer that calls it (:mod:`rl_guards.collators.trainer_metrics`).
     """
 
     def __init__(
@@ -211,6 +215,7 @@ class MaskCheckingCollator:
         self.tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
         self.expect = expect
         self.session = GuardSession()
+        self.metrics = CollatorMetrics()  # per-batch metrics -> the calling trainer's log (trainer_metrics)
         self.calls = 0
         self.checked = 0
         self.markers: M.AssistantMarkers | None = None
@@ -235,7 +240,10 @@ class MaskCheckingCollator:
         self.calls += 1
         if (self.calls - 1) % self.config.check_every == 0:
             report, positions = self.check(batch)
-            self._enforce(report, positions, batch)
+            try:
+                self._enforce(report, positions, batch)
+            finally:  # into the calling trainer's log; nothing piles up in the session
+                self.metrics.deliver(self.session.pop_metrics(), cumulative=(CHECKED_KEY,))
         return batch
 
     # ----- the check ---------------------------------------------------------------------------------------
@@ -288,7 +296,7 @@ class MaskCheckingCollator:
         positions: dict[tuple[int, int, int], dict[str, list[int]]],
         batch: Mapping[str, Any],
     ) -> None:
-        self.session.add_metric("rl_guards/masking/checked_batches", float(self.checked))
+        self.session.add_metric(CHECKED_KEY, float(self.checked))
         self.session.add_metric("rl_guards/masking/violating_rows", float(report.violating_rows))
         if report.ok:
             return

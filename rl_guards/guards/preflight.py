@@ -4,7 +4,8 @@
 
     setup(ctx)                  # the trainer's args, tokenizer, datasets, rendering path
     on_train_begin(report)      # build the report, print it (main process), log counts + W&B panel,
-                                # blocking findings -> PreflightError (raise) / warn once each / count
+                                # blocking findings -> PreflightError (raise) / warn once each / count;
+                                # the finding kind is the preflight code in every mode
 
 Metrics (logged once, at train start):
 
@@ -74,14 +75,11 @@ class PreflightGuard(Guard):
                 report.info(finding.code, text)
             else:
                 report.notice(finding.code, text)
+        # One finding kind per code, whatever the mode; in raise mode the first one's error lists them all.
         blocking = result.blocking
-        if not blocking:
-            return
-        if self.config.mode == "raise":  # one error listing every blocking finding
-            report.violation("blocking", blocking_message(blocking), PreflightError)
-        else:  # warned once / counted per finding code
-            for finding in blocking:
-                report.violation(finding.code, blocking_message([finding]), PreflightError)
+        for i, finding in enumerate(blocking):
+            shown = blocking if i == 0 and self.config.mode == "raise" else [finding]
+            report.violation(finding.code, blocking_message(shown), PreflightError)
 
 
 def blocking_message(findings: list[PreflightFinding]) -> str:
@@ -97,27 +95,25 @@ def blocking_message(findings: list[PreflightFinding]) -> str:
 
 
 def log_to_wandb(result: PreflightReport) -> bool:
-    """Log the findings table and the rendered report to the active W&B run; never raises."""
+    """Log the findings table and the rendered report to the active tracker runs (W&B, trackio); never raises."""
     try:
         from rl_guards.trl import wandb_io
 
         if wandb_io.active_run() is None:
             return False
-        import wandb
-
         rows = [[f.severity, f.topic, f.code, f.message, f.fix] for f in result.sorted_findings()]
-        table = wandb_io.table(["severity", "topic", "code", "message", "fix"], rows)
-        data: dict[str, Any] = {WANDB_REPORT_KEY: wandb.Html(f"<pre>{html.escape(result.render())}</pre>")}
-        if table is not None:
-            data[WANDB_TABLE_KEY] = table
+        data: dict[str, Any] = {
+            WANDB_REPORT_KEY: wandb_io.Html(f"<pre>{html.escape(result.render())}</pre>"),
+            WANDB_TABLE_KEY: wandb_io.table(["severity", "topic", "code", "message", "fix"], rows),
+        }
         logged = wandb_io.log(data)
         counts = result.counts()
         wandb_io.set_summary(
             {"rl_guards/preflight/blocking": counts["blocking"], "rl_guards/preflight/warnings": counts["warning"]}
         )
         return logged
-    except Exception as exc:  # W&B problems never stop a run
-        logger.warning("rl_guards: could not log the preflight report to W&B: %s", exc)
+    except Exception as exc:  # tracker problems never stop a run
+        logger.warning("rl_guards: could not log the preflight report to the tracker: %s", exc)
         return False
 
 

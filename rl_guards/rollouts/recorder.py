@@ -511,12 +511,18 @@ class RolloutRecorder(Guard):
         }
         new_rows = 0 if retag else rows - rows_before
         keep = wait or checkpoint is not None or reason == "stopped"
-        self._writer.submit(Job(f"step {step}", lambda: self._write(batches, meta, new_rows), keep=keep, tag=step))
+        # Asked here, on the training thread: trackio keeps its run in a context variable, unset in the writer's.
+        table = self.config.wandb_rows_per_task > 0 and _wandb_active()
+        self._writer.submit(
+            Job(f"step {step}", lambda: self._write(batches, meta, new_rows, table), keep=keep, tag=step)
+        )
         if wait:
             self._writer.flush()
         self._drain(report)
 
-    def _write(self, batches: list[RolloutBatch], meta: dict[str, Any], new_rows: int) -> dict[str, Any]:
+    def _write(
+        self, batches: list[RolloutBatch], meta: dict[str, Any], new_rows: int, tracker_table: bool = False
+    ) -> dict[str, Any]:
         """On the writer thread: Arrow table, Parquet file (atomic), index; returns what the training thread logs."""
         import pyarrow.parquet as pq
 
@@ -540,7 +546,7 @@ class RolloutRecorder(Guard):
         if tokenizer_error:
             index_error = tokenizer_error if index_error is None else f"{index_error}; {tokenizer_error}"
         wandb = None
-        if new_rows and self.config.wandb_rows_per_task > 0 and _wandb_active():
+        if new_rows and tracker_table:
             wandb = wandb_rows(table, self.config.wandb_rows_per_task, self.ctx.decode, meta.get("checkpoint"))
         return {"step": meta["step"], "new_rows": new_rows, "index_error": index_error, "wandb": wandb,
                 "repaired": repaired, "path": str(path)}  # fmt: skip
@@ -607,9 +613,7 @@ class RolloutRecorder(Guard):
         try:
             from rl_guards.trl import wandb_io
 
-            wb_table = wandb_io.table(columns, rows)
-            if wb_table is not None:
-                wandb_io.log({WANDB_KEY: wb_table})
+            wandb_io.log({WANDB_KEY: wandb_io.table(columns, rows)})
         except Exception as exc:  # W&B must never break a run
             logger.warning("rl_guards: could not log the rollouts of step %s to W&B: %s", step, exc)
 

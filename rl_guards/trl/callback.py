@@ -4,12 +4,12 @@ A TrainerCallback never receives the trainer. At ``on_train_begin`` this one fin
 (the caller's ``self`` up the stack, a ``transformers.Trainer``) and installs the guards on it with
 :func:`rl_guards.install`; the guards' own callback joins the handler and runs its start-of-training checks in the
 same event. When no trainer with TRL's rollout methods is found (a custom loop, a trainer that scores rollouts
-elsewhere), only the start-of-training checks run, and one warning names the guards that are off and the fix.
+elsewhere), the start-of-training checks run (the same list and function as ``install()`` and ``rl-guards
+preflight``: :mod:`rl_guards.trl.start_checks`), and one warning names the guards that are off and the fix.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import warnings
@@ -17,36 +17,16 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from rl_guards.collators.trainer_metrics import calling_trainer
 from rl_guards.config import GuardsConfig
 from rl_guards.errors import ConfigError
-from rl_guards.guards.base import Guard, GuardSession, RLGuardsWarning, RunContext, run_hook
-from rl_guards.guards.preflight import PreflightGuard
+from rl_guards.guards.base import Guard, GuardSession, RLGuardsWarning
 from rl_guards.guards.registry import BATCH_GUARDS
-from rl_guards.guards.template import DoubleThinkGuard
+from rl_guards.trl.start_checks import context_without_trainer, run_start_checks, start_guards
 
 logger = logging.getLogger("rl_guards")
 
-# Guards whose checks need nothing but args, tokenizer and dataset (what runs without the trainer).
-START_GUARDS: tuple[type[Guard], ...] = (PreflightGuard, DoubleThinkGuard)
-_MAX_FRAMES = 12  # how far up the stack the trainer is looked for
-
-
-def calling_trainer() -> Any:
-    """The ``transformers.Trainer`` whose method is on the call stack (the one dispatching this event), or None."""
-    from transformers import Trainer
-
-    frame = inspect.currentframe()
-    try:
-        for _ in range(_MAX_FRAMES):
-            frame = frame.f_back if frame is not None else None
-            if frame is None:
-                return None
-            candidate = frame.f_locals.get("self")
-            if isinstance(candidate, Trainer):
-                return candidate
-        return None
-    finally:
-        del frame
+_MAX_FRAMES = 12  # how far up the stack the trainer dispatching on_train_begin is looked for
 
 
 class GuardsCallback(TrainerCallback):
@@ -65,7 +45,7 @@ class GuardsCallback(TrainerCallback):
         self.config = config or GuardsConfig()
         self.run: Any = None  # the GuardRun, once installed
         self._session = GuardSession()  # the start checks' findings when the guards could not be installed
-        self.guards: list[Guard] = [g for g in (cls(self.config) for cls in START_GUARDS) if g.enabled]
+        self.guards: list[Guard] = start_guards(self.config)  # the start checks install() and the CLI run
 
     @property
     def session(self) -> GuardSession:
@@ -78,7 +58,7 @@ class GuardsCallback(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.run is not None:
             return
-        trainer = calling_trainer()
+        trainer = calling_trainer(_MAX_FRAMES)
         reason = _unreachable(trainer)
         if reason is None:
             from rl_guards.trl.hook import GuardRun, install
@@ -91,31 +71,38 @@ class GuardsCallback(TrainerCallback):
         self._start_checks_only(args, state, kwargs, reason)
 
     def _start_checks_only(self, args: Any, state: Any, kwargs: dict[str, Any], reason: str) -> None:
-        started = {cls.name for cls in START_GUARDS}
-        off = sorted({cls(self.config).name for cls in BATCH_GUARDS} - started)
+        started = [g.name for g in self.guards]
+        off = sorted({cls.name for cls in BATCH_GUARDS if _checks_batches(cls)})  # their batch checks, at least
         message = (
             f"rl_guards: GuardsCallback could not put the batch guards on this run ({reason}); only the "
-            f"start-of-training checks run ({', '.join(sorted(started))}). Off: {', '.join(off)}. Fix: call "
-            "rl_guards.install(trainer, config) on the built GRPOTrainer / RLOOTrainer before trainer.train()."
+            f"start-of-training checks run ({', '.join(started)}). Off: the batch checks of {', '.join(off)}. "
+            "Fix: call rl_guards.install(trainer, config) on the built GRPOTrainer / RLOOTrainer before "
+            "trainer.train()."
         )
         warnings.warn(message, RLGuardsWarning, stacklevel=2)
         logger.warning(message)
         tokenizer = kwargs.get("processing_class")
         tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
-        loader = kwargs.get("train_dataloader")
-        ctx = RunContext(
-            output_dir=str(args.output_dir),
-            is_main_process=bool(getattr(args, "process_index", 0) == 0),
+        train = getattr(kwargs.get("train_dataloader"), "dataset", None)
+        evaluation = getattr(kwargs.get("eval_dataloader"), "dataset", None)
+        ctx = context_without_trainer(
+            args,
+            tokenizer,
+            train_dataset=train,
+            eval_dataset=evaluation,
             world_size=int(getattr(args, "world_size", 1) or 1),
-            tokenizer=tokenizer,
-            args=args,
-            train_dataset=getattr(loader, "dataset", None),
-            chat_template_kwargs=dict(getattr(args, "chat_template_kwargs", None) or {}),
-            decode=(lambda ids: tokenizer.decode(ids, skip_special_tokens=False)) if tokenizer is not None else None,
         )
-        for guard in self.guards:
-            guard.setup(ctx)
-            run_hook(guard, "on_train_begin", self._session, int(state.global_step))
+        ctx.is_main_process = bool(getattr(args, "process_index", 0) == 0)
+        step = int(state.global_step)
+        verdict = run_start_checks(ctx, self.config, guards=self.guards, session=self._session, step=step)
+        if verdict.stop is not None:
+            raise verdict.stop
+
+
+def _checks_batches(cls: type[Guard]) -> bool:
+    """Does the guard check rollout batches (what needs the trainer's rollout methods)?"""
+    batch_hooks = cls.on_batch is not Guard.on_batch or cls.after_batch is not Guard.after_batch
+    return batch_hooks or hasattr(cls, "check_tensors")
 
 
 def _unreachable(trainer: Any) -> str | None:

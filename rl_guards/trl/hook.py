@@ -60,6 +60,7 @@ from rl_guards.rewards.row_errors import CatchRowErrors, RowErrorLog, catch_row_
 from rl_guards.rewards.slicing import drain_watched
 from rl_guards.trl import collectives
 from rl_guards.trl.log_routing import SignalRouter
+from rl_guards.trl.start_checks import run_begin
 
 logger = logging.getLogger("rl_guards")
 
@@ -182,6 +183,8 @@ class GuardRun(TrainerCallback):
         single_task = isinstance(columns, list) and config.tasks.task_column not in columns
         self.session.metric_filter = MetricFilter(config.metrics.level, single_task=single_task)
         self.router = SignalRouter(trainer, self.session, self.ctx.is_main_process)
+        self.router.before_tracker_end = self._end_training  # a tracker's run finishing: the train-end work first
+        self._ended = False
         self.task_labels.seed(counts)
         self._task_registry.update({task_hash(name): name for name in counts})
         for guard in self.guards:
@@ -829,15 +832,12 @@ class GuardRun(TrainerCallback):
 
     # ----- trainer events --------------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._ended = False
         self._restore(state)
         self._file_state(state)
         self.router.write_config(self.config.to_dict())
         step = int(state.global_step)
-        self.session.phase = "begin"
-        try:
-            stop = self._settled(self._run_guards("on_train_begin", step), step)
-        finally:
-            self.session.phase = "run"
+        stop = self._settled(run_begin(self.guards, self.session, step), step)
         self._share_template_verdict()
         # The model is not yet in train mode here; these metrics belong to the first training log.
         self._flush_metrics("train")
@@ -869,6 +869,14 @@ class GuardRun(TrainerCallback):
         self._dispatch("on_save", int(state.global_step), self._checkpoint_dir(args, state))
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._end_training(state)
+
+    def _end_training(self, state: Any) -> None:
+        """The guards' train-end work, once: from this event, or earlier from a tracker's callback about to finish
+        its run (trackio's), so the last dump's table and the summary still reach it."""
+        if self._ended:
+            return
+        self._ended = True
         self._dispatch("on_train_end", int(state.global_step))
         if self.ctx.is_main_process:
             from rl_guards.trl import wandb_io
@@ -921,6 +929,10 @@ class GuardRun(TrainerCallback):
             self.trainer.log({})
         except Exception as exc:  # the stop matters more than its metrics
             logger.warning("rl_guards: could not log the failing batch's metrics: %s", exc)
+        if self.ctx.is_main_process:  # no train end follows: trackio's summary table now
+            from rl_guards.trl import wandb_io
+
+            wandb_io.flush_trackio()
 
     @staticmethod
     def _checkpoint_dir(args: Any, state: Any) -> str:

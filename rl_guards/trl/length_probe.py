@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 from rl_guards.core.lengths import LengthSummary, summarize_lengths
 from rl_guards.trl.template_check import tokenize_generation_prompts
 
-__all__ = ["LengthProbe", "load_prompts", "probe_lengths"]
+__all__ = ["LengthProbe", "load_prompts", "pick_split", "probe_lengths", "sample_prompts"]
 
 
 @dataclass
@@ -71,10 +72,15 @@ def probe_lengths(
     batch_size: int = 8,
     temperature: float = 1.0,
     top_p: float = 1.0,
+    top_k: int = 0,
     seed: int = 0,
+    progress: bool = False,
 ) -> LengthProbe:
-    """Generate one completion per prompt and summarise the lengths (see :func:`summarize_lengths`)."""
+    """Generate one completion per prompt and summarise the lengths (see :func:`summarize_lengths`).
+
+    ``progress``: a progress bar on stderr (prompts done, completions at the cap so far)."""
     import torch
+    from tqdm.auto import tqdm
     from transformers import GenerationConfig
 
     if not prompts:
@@ -89,7 +95,7 @@ def probe_lengths(
         do_sample=True,
         temperature=temperature,
         top_p=top_p,
-        top_k=0,
+        top_k=top_k,
         pad_token_id=pad,
         eos_token_id=eos,
     )
@@ -101,6 +107,7 @@ def probe_lengths(
     hit_cap: list[bool] = []
     tails: list[str] = []
     eos_set = set(eos)
+    bar = tqdm(total=len(prompts), unit="prompt", desc="probe-lengths", file=sys.stderr, disable=not progress)
     try:
         for start in range(0, len(prompts), batch_size):
             rendered = tokenize_generation_prompts(tokenizer, prompts[start : start + batch_size], kwargs)
@@ -119,7 +126,10 @@ def probe_lengths(
                 else:
                     lengths.append(end + 1)
                     hit_cap.append(False)
+            bar.update(len(rendered))
+            bar.set_postfix(at_cap=sum(hit_cap), refresh=False)
     finally:
+        bar.close()
         model.train(was_training)
     return LengthProbe(lengths, hit_cap, max_new_tokens, summarize_lengths(lengths, hit_cap, max_new_tokens), tails)
 
@@ -127,33 +137,78 @@ def probe_lengths(
 def load_prompts(
     path: str | Path, *, samples: int | None = None, seed: int = 0, column: str = "prompt", split: str = "train"
 ) -> list[Any]:
-    """Prompts from a ``datasets.save_to_disk`` folder (``split`` of a DatasetDict) or a JSON-lines file.
+    """Prompts from a local dataset: a ``datasets.save_to_disk`` folder, a folder of data files as ``trl grpo``
+    loads it (``load_dataset(folder)``: json, jsonl, parquet, csv, ...), or one such file (``split`` of a dataset
+    with several). ValueError names what is wrong.
 
     ``samples`` rows are drawn at random (by ``seed``) without replacement; None or more than the rows = all.
     """
     path = Path(path)
-    if path.is_dir():
-        from datasets import DatasetDict, load_from_disk
-
-        data = load_from_disk(str(path))
-        if isinstance(data, DatasetDict):
-            if split not in data:
-                raise ValueError(f"{path} holds splits {sorted(data)}, not {split!r}; pass --split")
-            data = data[split]
+    if path.is_file() and path.suffix.lower() == ".jsonl":
+        values = _jsonl_column(path, column)
+    elif path.exists():
+        data = _load_local(path, split)
         if column not in data.column_names:
-            raise ValueError(f"{path} has no {column!r} column; columns: {data.column_names}")
+            raise ValueError(f"{path} has no {column!r} column; columns: {data.column_names} (pass --prompt_column)")
         values = list(data[column])
-    elif path.is_file():
-        values = []
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            if column not in row:
-                raise ValueError(f"{path}:{n} has no {column!r} field; fields: {sorted(row)}")
-            values.append(row[column])
     else:
-        raise FileNotFoundError(f"{path}: no such dataset folder or JSON-lines file")
+        raise ValueError(f"{path}: no such dataset folder or file")
+    return sample_prompts(values, samples, seed)
+
+
+def sample_prompts(values: list[Any], samples: int | None, seed: int) -> list[Any]:
+    """``samples`` of ``values`` drawn by ``seed`` (in their order), or all of them."""
     if samples is not None and samples < len(values):
         values = [values[i] for i in sorted(random.Random(seed).sample(range(len(values)), samples))]
+    return values
+
+
+def pick_split(data: Any, split: str, where: str) -> Any:
+    """``data[split]`` of a DatasetDict (ValueError listing the splits there), or ``data`` itself."""
+    from datasets import DatasetDict, IterableDatasetDict
+
+    if isinstance(data, DatasetDict | IterableDatasetDict):
+        if split not in data:
+            raise ValueError(f"{where} holds splits {sorted(data)}, not {split!r} (pass --split)")
+        return data[split]
+    return data
+
+
+def _load_local(path: Path, split: str) -> Any:
+    import datasets
+
+    datasets.disable_progress_bars()
+    saved = path.is_dir() and any((path / f).is_file() for f in ("dataset_dict.json", "state.json"))
+    try:
+        if saved:
+            data = datasets.load_from_disk(str(path))
+        elif path.is_dir():
+            data = datasets.load_dataset(str(path))
+        else:
+            loaders = {".json": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
+            loader = loaders.get(path.suffix.lower())
+            if loader is None:
+                raise ValueError(f"{path}: expected a dataset folder or a .jsonl/.json/.parquet/.csv/.arrow file")
+            data = datasets.load_dataset(loader, data_files=str(path))
+    except ValueError:
+        raise
+    except Exception as exc:  # datasets' own errors for an empty folder, unreadable files, ...
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise ValueError(f"{path}: could not load a dataset: {type(exc).__name__}: {first}") from exc
+    return pick_split(data, split, str(path))
+
+
+def _jsonl_column(path: Path, column: str) -> list[Any]:
+    values = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{n} is not JSON: {exc}") from exc
+        if not isinstance(row, dict) or column not in row:
+            fields = sorted(row) if isinstance(row, dict) else type(row).__name__
+            raise ValueError(f"{path}:{n} has no {column!r} field; fields: {fields} (pass --prompt_column)")
+        values.append(row[column])
     return values

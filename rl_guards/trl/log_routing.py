@@ -1,26 +1,30 @@
-"""Where rl_guards' signal shows up: W&B sections of its own, alerts and summary entries, a one-line console status.
+"""Where rl_guards' signal shows up: tracker sections of its own, alerts and summary entries, a console status line.
 
 The metrics travel in the trainer's own metric buffer, so they reach ``trainer.state.log_history`` and every
-``report_to`` tracker unchanged. Two callbacks the trainer already has are wrapped on the instance:
+``report_to`` tracker. The callbacks the trainer already has are wrapped on the instance:
 
 - HF's ``WandbCallback``: ``rl_guards/...`` and ``rl_guards_task/...`` keys are logged to the run as they are
   (``commit=False``, merged into the row HF commits right after, so the trainer step is their x-axis) instead of
   under ``train/``: W&B groups panels by the first path segment, so the guards' health and the per-task curves each
   get a section, apart from TRL's panels.
+- HF's other tracker callbacks (trackio, TensorBoard, Comet, ...): while one logs, HF's ``rewrite_logs`` leaves
+  those keys as they are, so they get the same sections there. trackio's also carries the tables and reports
+  (:mod:`rl_guards.trl.wandb_io`) in the row it logs.
 - the console printer (``PrinterCallback`` / ``ProgressCallback``): it prints the trainer's log without those keys,
   followed by one status line (findings so far, by kind).
 
-Findings reach W&B as they happen: each kind's severity, count and first step in the run summary
-(``rl_guards/findings/<guard>/<kind>``: ``{"severity", "count", "first_step"}``; notes are not findings), and the
-first finding of each kind at warn or raise severity as a W&B
+Findings reach W&B and trackio as they happen: each kind's severity, count and first step in the run summary
+(``rl_guards/findings/<guard>/<kind>``: ``{"severity", "count", "first_step"}``; notes are not findings; trackio:
+the ``rl_guards/summary`` table at train end), and the first finding of each kind at warn or raise severity as an
 alert (title ``rl_guards: <guard>/<kind>``, text the message with its decoded rows; at most ``MAX_ALERTS`` a run).
 The effective GuardsConfig is written into the run config under ``rl_guards``. All of it is best effort, on the
-main process only: W&B trouble never breaks training.
+main process only: tracker trouble never breaks training.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from rl_guards.core.metric_keys import METRIC_PREFIX, TASK_PREFIX
@@ -29,15 +33,27 @@ from rl_guards.trl import wandb_io
 
 logger = logging.getLogger("rl_guards")
 
-MAX_ALERTS = 20  # W&B alerts a run sends at most (one per finding kind)
+MAX_ALERTS = 20  # alerts a run sends at most (one per finding kind)
 ALERT_CHARS = 3000  # characters of a message kept in an alert
 STATUS_KINDS = 3  # finding kinds named on the console status line
 _OURS = (f"{METRIC_PREFIX}/", TASK_PREFIX)
+INTEGRATIONS = "transformers.integrations.integration_utils"  # the module of HF's tracker callbacks
 
 
 def is_guard_key(key: str) -> bool:
     """A metric rl_guards logs (train mode; eval keys carry TRL's ``eval_`` prefix and stay with HF)."""
     return key.startswith(_OURS)
+
+
+def _keeping_guard_keys(rewrite: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[[dict[str, Any]], Any]:
+    """HF's ``rewrite_logs`` (``loss`` -> ``train/loss``) leaving rl_guards' keys in their own section."""
+
+    def rewrite_logs(d: dict[str, Any]) -> dict[str, Any]:
+        ours = {k: v for k, v in d.items() if is_guard_key(k)}
+        return {**rewrite({k: v for k, v in d.items() if k not in ours}), **ours}
+
+    rewrite_logs.keeps_guard_keys = True  # type: ignore[attr-defined]
+    return rewrite_logs
 
 
 def finding_summary(session: GuardSession, key: tuple[str, str]) -> dict[str, Any]:
@@ -50,21 +66,29 @@ def finding_summary(session: GuardSession, key: tuple[str, str]) -> dict[str, An
 
 
 class SignalRouter:
-    """Wraps the trainer's W&B and console callbacks, and turns findings into W&B summary entries and alerts."""
+    """Wraps the trainer's tracker and console callbacks, and turns findings into summary entries and alerts."""
 
     def __init__(self, trainer: Any, session: GuardSession, is_main_process: bool) -> None:
         self.session = session
         self.is_main = is_main_process
         self.alerted: set[tuple[str, str]] = set()
         self.wrapped: list[str] = []
+        self.before_tracker_end: Callable[[Any], None] | None = None  # called before a tracker finishes its run
         handler = getattr(trainer, "callback_handler", None)
-        for callback in list(getattr(handler, "callbacks", [])):
+        callbacks = list(getattr(handler, "callbacks", []))
+        trackio = any(type(cb).__name__ == "TrackioCallback" for cb in callbacks)
+        if is_main_process:
+            wandb_io.reset_trackio(merge=trackio)
+        for callback in callbacks:
             name = type(callback).__name__
             if name == "WandbCallback":
                 self._wrap_wandb(callback)
                 self.wrapped.append(name)
             elif name in ("PrinterCallback", "ProgressCallback"):
                 self._wrap_printer(callback)
+                self.wrapped.append(name)
+            elif type(callback).__module__ == INTEGRATIONS:  # trackio, TensorBoard, Comet, MLflow, ...
+                self._wrap_tracker(callback)
                 self.wrapped.append(name)
         session.listeners.append(self.on_finding)
 
@@ -83,6 +107,43 @@ class SignalRouter:
             return original(args, state, control, model=model, logs=logs, **kwargs)
 
         callback.on_log = on_log
+
+    def _wrap_tracker(self, callback: Any) -> None:
+        """Another tracker's callback: HF's ``rewrite_logs`` would file our keys under ``train/``; while it logs,
+        that function keeps them as they are. trackio also gets the tables and reports held for it in the same row,
+        and the held values and summary before HF's callback finishes its run."""
+        import transformers.integrations.integration_utils as integrations
+
+        original_log = callback.on_log
+        trackio = type(callback).__name__ == "TrackioCallback"
+
+        def on_log(args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> Any:
+            if trackio and logs is not None and state.is_world_process_zero:
+                logs = {**logs, **wandb_io.take_trackio_rows()}
+            rewrite = integrations.rewrite_logs
+            if getattr(rewrite, "keeps_guard_keys", False):  # already inside a wrapped call
+                return original_log(args, state, control, logs=logs, **kwargs)
+            integrations.rewrite_logs = _keeping_guard_keys(rewrite)
+            try:
+                return original_log(args, state, control, logs=logs, **kwargs)
+            finally:
+                integrations.rewrite_logs = rewrite
+
+        callback.on_log = on_log
+        if trackio:
+            original_end = callback.on_train_end
+
+            def on_train_end(args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+                try:
+                    if self.before_tracker_end is not None:  # every rank: the train-end work may be collective
+                        self.before_tracker_end(state)
+                finally:  # a guard stopping here still leaves the tracker's run finished
+                    if self.is_main:
+                        wandb_io.flush_trackio()
+                    result = original_end(args, state, control, **kwargs)
+                return result
+
+            callback.on_train_end = on_train_end
 
     def _wrap_printer(self, callback: Any) -> None:
         original = callback.on_log

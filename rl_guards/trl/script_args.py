@@ -13,6 +13,8 @@ from typing import Any
 
 from rl_guards.errors import ConfigError
 
+RL_GUARDS_KEYS = ("guards", "guards_config", "guards_set")  # what an ``rl-guards grpo`` YAML adds to TRL's keys
+
 
 def grpo_parser(extra: tuple[Any, ...] = (), prog: str | None = None) -> Any:
     """TRL's ``trl grpo`` parser (its four dataclasses), plus ``extra`` dataclasses."""
@@ -91,20 +93,24 @@ def load_reward_funcs(script_args: Any) -> list[Any]:
     return funcs
 
 
-def load_script_parts(script_args: Any, training_args: Any, dataset_args: Any) -> tuple[Any, Any, list[Any]]:
-    """(train dataset, eval dataset or None, reward functions), loaded as ``trl grpo`` loads them."""
+def load_script_dataset(script_args: Any, dataset_args: Any) -> Any:
+    """The script's dataset (all splits), loaded as ``trl grpo`` loads it."""
     import datasets
     from trl import get_dataset
 
     datasets.disable_progress_bars()
     if getattr(dataset_args, "datasets", None):
-        dataset = get_dataset(dataset_args)
-    elif getattr(script_args, "dataset_name", None):
-        dataset = datasets.load_dataset(
+        return get_dataset(dataset_args)
+    if getattr(script_args, "dataset_name", None):
+        return datasets.load_dataset(
             script_args.dataset_name, name=script_args.dataset_config, streaming=script_args.dataset_streaming
         )
-    else:
-        raise ConfigError("set dataset_name or datasets (as trl grpo needs)")
+    raise ConfigError("set dataset_name or datasets (as trl grpo needs)")
+
+
+def load_script_parts(script_args: Any, training_args: Any, dataset_args: Any) -> tuple[Any, Any, list[Any]]:
+    """(train dataset, eval dataset or None, reward functions), loaded as ``trl grpo`` loads them."""
+    dataset = load_script_dataset(script_args, dataset_args)
     train = dataset[script_args.dataset_train_split]
     evaluation = None
     if str(getattr(training_args, "eval_strategy", "no")) not in ("no", "IntervalStrategy.NO"):
@@ -112,4 +118,12 @@ def load_script_parts(script_args: Any, training_args: Any, dataset_args: Any) -
     return train, evaluation, load_reward_funcs(script_args)
 
 
-__all__ = ["grpo_parser", "load_reward_funcs", "load_script_parts", "parse_trl_yaml", "write_yaml"]
+__all__ = [
+    "RL_GUARDS_KEYS",
+    "grpo_parser",
+    "load_reward_funcs",
+    "load_script_dataset",
+    "load_script_parts",
+    "parse_trl_yaml",
+    "write_yaml",
+]

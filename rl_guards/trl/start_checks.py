@@ -1,5 +1,7 @@
-"""The start-of-training checks without a trainer: the same guards, the same context, the same verdict.
+"""The start-of-training checks: one list (:func:`start_check_classes`), one function (:func:`run_begin`).
 
+``install()`` runs them at train start with the rest of the guards' ``on_train_begin``; ``GuardsCallback`` without
+a trainer it can install on, and ``rl-guards preflight``, run them through :func:`run_start_checks`.
 ``rl-guards preflight`` builds the :class:`~rl_guards.guards.base.RunContext` a live trainer would give the guards
 (GRPOConfig, tokenizer, datasets, reward functions, TRL's prompt rendering) and runs the ``on_train_begin`` of every
 start check (preflight report, template, reward sanity, routing, task column: :func:`start_check_classes`) exactly as
@@ -141,26 +143,47 @@ def start_guards(config: GuardsConfig, guard_classes: Sequence[type[Guard]] | No
     return [g for g in guards if g.enabled]
 
 
+def run_begin(guards: Sequence[Guard], session: GuardSession, step: int) -> GuardError | None:
+    """Every guard's ``on_train_begin``, in order, in the session's ``"begin"`` phase: the one place start checks run
+    (``install()``'s run at train start, :func:`run_start_checks` for ``GuardsCallback`` without a trainer and for
+    ``rl-guards preflight``). Raise-mode violations wait for ``session.settle()``; the first GuardError a guard
+    raised itself is returned."""
+    stop: GuardError | None = None
+    session.phase = "begin"
+    try:
+        for guard in guards:
+            if not hasattr(guard, "on_train_begin"):
+                continue
+            try:
+                run_hook(guard, "on_train_begin", session, step, settle=False)
+            except GuardError as exc:  # a guard that raised its own error (as in training)
+                stop = stop or exc
+    finally:
+        session.phase = "run"
+    return stop
+
+
 def run_start_checks(
-    ctx: RunContext, config: GuardsConfig, *, guard_classes: Sequence[type[Guard]] | None = None
+    ctx: RunContext,
+    config: GuardsConfig,
+    *,
+    guard_classes: Sequence[type[Guard]] | None = None,
+    guards: Sequence[Guard] | None = None,
+    session: GuardSession | None = None,
+    step: int = 0,
 ) -> StartVerdict:
-    """Every start-of-training check on ``ctx``; never raises for a finding (the verdict carries the stop)."""
-    session = GuardSession()
+    """Every start-of-training check on ``ctx`` (or the already built start checks ``guards``); never raises for a
+    finding (the verdict carries the stop)."""
+    session = session if session is not None else GuardSession()
     session.defer = True
     if config.think_tags.per_row_thinking and ctx.args is not None:  # as install() would render the rows
         from rl_guards.trl.thinking_mix import PER_ROW_ATTR
 
         setattr(ctx.args, PER_ROW_ATTR, config.think_tags.thinking_column)
-    guards = start_guards(config, guard_classes)
-    stop: GuardError | None = None
-    session.phase = "begin"
+    guards = list(guards) if guards is not None else start_guards(config, guard_classes)
     for guard in guards:
         guard.setup(ctx)
-        try:
-            run_hook(guard, "on_train_begin", session, 0)
-        except GuardError as exc:  # a guard that raised its own error (as in training)
-            stop = stop or exc
-    session.phase = "run"
+    stop = run_begin(guards, session, step)
     stop = session.settle() or stop
     report = next((getattr(g, "last_report", None) for g in guards if g.name == "preflight"), None)
     return StartVerdict(list(session.findings), stop, report, [g.name for g in guards])
@@ -171,6 +194,7 @@ __all__ = [
     "context_without_trainer",
     "prepare_at_start_classes",
     "render_prompts_like_trl",
+    "run_begin",
     "run_start_checks",
     "start_check_classes",
     "start_guards",
