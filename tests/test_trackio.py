@@ -39,7 +39,8 @@ SCRIPT = textwrap.dedent(
     ]
     data = Dataset.from_dict({"prompt": prompts, "task": ["arith"] * 8, "answer": [str(i + 1) for i in range(8)]})
     args = tiny_grpo_config(
-        sys.argv[1], max_steps=2, logging_steps=1, report_to=["trackio"], project="rlg", run_name="tiny"
+        sys.argv[1], max_steps=2, logging_steps=1, report_to=["trackio"], project="rlg", run_name="tiny",
+        trackio_space_id=None,  # transformers < 5.x defaults it to "trackio" (a Space: needs a hub login)
     )
     trainer = GRPOTrainer(
         model=tiny.model_dir, processing_class=tiny.load_tokenizer(), reward_funcs=[arith_correct, echo_match],
