@@ -107,8 +107,8 @@ def test_one_dump_per_step_and_one_tagged_dump_per_checkpoint(campaigns: dict[in
     out = campaigns[seed]
     store = RolloutStore(out)
     index = store.index()
-    assert [e["step"] for e in index] == list(range(MAX_STEPS))
-    for step in range(MAX_STEPS):
+    assert [e["step"] for e in index] == list(range(1, MAX_STEPS + 1))  # TRL's steps
+    for step in range(1, MAX_STEPS + 1):
         rows = store.load(step)
         assert len(rows) == BATCH and sorted(r["row"] for r in rows) == list(range(BATCH)), step
         assert {r["step"] for r in rows} == {step}
@@ -116,7 +116,7 @@ def test_one_dump_per_step_and_one_tagged_dump_per_checkpoint(campaigns: dict[in
     assert checkpoints == [*range(SAVE_STEPS, MAX_STEPS, SAVE_STEPS), MAX_STEPS]
     tagged = Counter(e["checkpoint"] for e in index if e["checkpoint"] is not None)
     assert tagged == Counter(checkpoints), index
-    assert all(e["step"] == e["checkpoint"] - 1 for e in index if e["checkpoint"] is not None)
+    assert all(e["step"] == e["checkpoint"] for e in index if e["checkpoint"] is not None)  # one numbering
     assert not list(store.folder.glob(".*.tmp-*"))
 
 
@@ -182,7 +182,7 @@ def test_per_task_curves_are_continuous(campaigns: dict[int, Path], seed: int) -
             per_step.append((entry["step"], rows))
     assert [s for s, _ in per_step] == list(range(1, MAX_STEPS + 1))
     for step, rows in per_step:
-        dumped = Counter(r["task"] for r in store.load(step - 1))  # the batch generated at global step - 1
+        dumped = Counter(r["task"] for r in store.load(step))  # one numbering: the batch trained in that step
         assert rows == {t: float(n) for t, n in dumped.items()}, step
 
 

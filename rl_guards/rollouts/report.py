@@ -176,8 +176,9 @@ def collect(run_dir: str | os.PathLike[str]) -> RunData:
     shown = [e for e in readable if e.get("checkpoint") is not None] or readable
     for entry in _spread(shown, MAX_COLUMNS):
         title = f"step {entry['step']}"
-        if entry.get("checkpoint") is not None:
-            title = f"checkpoint-{entry['checkpoint']} (step {entry['step']})"
+        if entry.get("checkpoint") is not None:  # one numbering (TRL's): checkpoint-k holds step k's batch
+            same = entry["checkpoint"] == entry["step"]
+            title = f"checkpoint-{entry['checkpoint']}" + ("" if same else f" (step {entry['step']})")
         try:
             data.columns.append((title, store.load(entry["step"])))
         except Exception as exc:

@@ -443,7 +443,9 @@ class GuardRun(TrainerCallback):
                 logger.warning("rl_guards: rollout batch lacks %s; batch guards skipped (TRL drift).", missing)
             self.session.counts[key] += 1
             return
-        step = int(self.trainer.state.global_step)
+        # TRL's numbering: a train batch belongs to the step it is trained in (global_step + 1 once the optimizer
+        # steps), as TRL's completions table and W&B show it; an eval batch to the step it evaluates.
+        step = int(self.trainer.state.global_step) + (1 if self._mode() == "train" else 0)
         self._run_guards("check_tensors", step, output)  # the mask check stages per-row bits on the device
         batch = self._gather_batch(output, pending, step)
         if batch is None:  # some rank could not build its rows: skipped on every rank, no hang
