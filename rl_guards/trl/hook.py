@@ -453,7 +453,7 @@ class GuardRun(TrainerCallback):
             stop, _ = self._decide(held, step, need_text=False)
             if stop is not None:
                 self._flush_metrics()
-                self._log_now()
+                self._log_now(step)
                 raise self._share_stop(held, stop)
             self._flush_metrics()
             return
@@ -475,7 +475,7 @@ class GuardRun(TrainerCallback):
             self._on_stop(batch, step)
         self._flush_metrics()
         if stop is not None:
-            self._log_now()
+            self._log_now(step)
             raise stop
 
     def _run_guards(self, hook: str, step: int, *args: Any) -> GuardError | None:
@@ -917,12 +917,19 @@ class GuardRun(TrainerCallback):
         guard, text = first
         return GuardError(f"{text}\n(stopped on another rank; this rank stops with it)", guard=guard, step=agreed.step)
 
-    def _log_now(self) -> None:
-        """A stop: log the metrics of the failing batch now (the trainer will not log them), to W&B and the history."""
+    def _log_now(self, step: int | None = None) -> None:
+        """A stop: log the metrics of the failing batch now (the trainer will not log them), to W&B and the history,
+        at the batch's own ``step`` (TRL's: the step it was to be trained in), not at the previous step's x."""
+        state = self.trainer.state
+        before = state.global_step
         try:
+            if step is not None:
+                state.global_step = max(int(before), int(step))  # HF logs (and W&B charts) at state.global_step
             self.trainer.log({})
         except Exception as exc:  # the stop matters more than its metrics
             logger.warning("rl_guards: could not log the failing batch's metrics: %s", exc)
+        finally:
+            state.global_step = before
 
     @staticmethod
     def _checkpoint_dir(args: Any, state: Any) -> str:
