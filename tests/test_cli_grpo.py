@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from rl_guards.cli.grpo import split_guards
+from rl_guards.rollouts.findings import find_findings_file, load_findings
 from rl_guards.rollouts.reader import RolloutStore
 from rl_guards.testing import make_dataset
 from rl_guards.trl.script_args import parse_trl_yaml
@@ -158,3 +159,5 @@ def test_a_guard_stop_is_one_message_its_own_exit_status_and_its_own_step(tiny: 
     assert run.summary.get("rl_guards/stopped_by") == "reward_errors/raised:fails_from_step_3 at step 3"
     last = RolloutStore(tmp_path / "out").index()[-1]
     assert (last["step"], last["reason"]) == (3, "stopped")  # the failing batch, on disk under its own step
+    stop = load_findings(find_findings_file(tmp_path / "out")).stop  # and the stop, next to it (issue 23 #3)
+    assert stop is not None and (stop["guard"], stop["step"]) == ("reward_errors", 3)

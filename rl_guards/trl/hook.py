@@ -38,6 +38,7 @@ import json
 import logging
 import math
 import warnings
+from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
@@ -59,6 +60,7 @@ from rl_guards.rewards.callables import is_async_reward, trl_awaits_async_object
 from rl_guards.rewards.row_errors import CatchRowErrors, RowErrorLog, catch_row_errors
 from rl_guards.rewards.slicing import drain_watched
 from rl_guards.trl import collectives
+from rl_guards.trl.findings_file import FindingsFile
 from rl_guards.trl.log_routing import SignalRouter
 
 logger = logging.getLogger("rl_guards")
@@ -182,6 +184,8 @@ class GuardRun(TrainerCallback):
         single_task = isinstance(columns, list) and config.tasks.task_column not in columns
         self.session.metric_filter = MetricFilter(config.metrics.level, single_task=single_task)
         self.router = SignalRouter(trainer, self.session, self.ctx.is_main_process)
+        # findings on disk next to the dumps as they happen (main process; the file only once something is found)
+        self.findings_file = FindingsFile(self.session, self._rollouts_folder) if self.ctx.is_main_process else None
         self.task_labels.seed(counts)
         self._task_registry.update({task_hash(name): name for name in counts})
         for guard in self.guards:
@@ -835,6 +839,8 @@ class GuardRun(TrainerCallback):
         self._file_state(state)
         self.router.write_config(self.config.to_dict())
         step = int(state.global_step)
+        if self.findings_file is not None:
+            self.findings_file.begin(step)
         self.session.phase = "begin"
         try:
             stop = self._settled(self._run_guards("on_train_begin", step), step)
@@ -872,6 +878,8 @@ class GuardRun(TrainerCallback):
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._dispatch("on_train_end", int(state.global_step))
+        if self.findings_file is not None:
+            self.findings_file.snapshot()
         if self.ctx.is_main_process:
             from rl_guards.trl import wandb_io
             from rl_guards.trl.log_routing import finding_summary
@@ -930,6 +938,13 @@ class GuardRun(TrainerCallback):
             logger.warning("rl_guards: could not log the failing batch's metrics: %s", exc)
         finally:
             state.global_step = before
+
+    def _rollouts_folder(self) -> Path:
+        """The rollouts guard's folder (where ``findings.jsonl`` goes too), or its default when it is off."""
+        from rl_guards.rollouts.recorder import default_rollouts_dir
+
+        recorder = next((g for g in self.guards if g.name == "rollouts"), None)
+        return recorder.folder if recorder is not None else default_rollouts_dir(self.ctx.output_dir)
 
     @staticmethod
     def _checkpoint_dir(args: Any, state: Any) -> str:
