@@ -161,3 +161,25 @@ def test_a_guard_stop_is_one_message_its_own_exit_status_and_its_own_step(tiny: 
     assert (last["step"], last["reason"]) == (3, "stopped")  # the failing batch, on disk under its own step
     stop = load_findings(find_findings_file(tmp_path / "out")).stop  # and the stop, next to it (issue 23 #3)
     assert stop is not None and (stop["guard"], stop["step"]) == ("reward_errors", 3)
+
+
+@pytest.mark.slow
+def test_a_crash_under_rl_guards_grpo_keeps_its_traceback_and_is_no_guard_stop(tiny: Any, tmp_path: Path) -> None:
+    """The other side of issue 23 #2: a real crash (here a reward function raising, with reward_errors off) still
+    shows its own traceback and exits with a crash's status, and the launcher adds one line, not a second traceback."""
+    (tmp_path / "stopper.py").write_text(STOPPER)
+    data = _yaml(tiny, tmp_path, guards={"reward_errors": {"enabled": False}})
+    data.update(reward_funcs=[*data["reward_funcs"], "stopper.fails_from_step_3"], max_steps=4)
+    path = tmp_path / "grpo.yaml"
+    path.write_text(yaml.safe_dump(data))
+    env = {
+        **os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    }  # fmt: skip
+    cmd = [sys.executable, "-m", "rl_guards.cli.main", "grpo", "--config", str(path)]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    printed = done.stdout + done.stderr
+    assert done.returncode not in (0, 2, 3), printed[-3000:]
+    assert "Traceback" in printed and "ValueError: planted reward failure" in printed, printed[-3000:]
+    assert "CalledProcessError" not in printed and "guard stopped the run" not in printed, printed[-3000:]
+    assert printed.count("rl-guards grpo: the training process failed") == 1, printed[-3000:]

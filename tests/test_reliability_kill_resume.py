@@ -217,7 +217,7 @@ def test_kills_after_resuming_a_checkpoint_written_without_rl_guards(all_campaig
     assert checkpoints == [*range(SAVE_STEPS, MAX_STEPS, SAVE_STEPS), MAX_STEPS]
     assert set(sections) == {f"checkpoint-{c}" for c in checkpoints[1:]} | {out.name}  # all but the unguarded one
     assert sections[out.name]["batches_seen"] == MAX_STEPS - SAVE_STEPS  # guarded from step 2 on, nothing twice
-    assert RolloutStore(out).steps() == list(range(SAVE_STEPS, MAX_STEPS))
+    assert RolloutStore(out).steps() == list(range(SAVE_STEPS + 1, MAX_STEPS + 1))  # TRL's steps 3..MAX_STEPS
     assert all(r["not_restored_warnings"] == 0 for r in _restores(out))  # no section is not a damaged section
 
 
@@ -238,6 +238,6 @@ def test_kills_with_damaged_sections_are_said_once_per_resume(all_campaigns: dic
     written = _well_formed_sections(out, damaged)  # every other checkpoint holds a complete section of this version
     assert set(written) == {p.parent.name for p in out.glob("*/trainer_state.json")} - damaged | {out.name}
     store = RolloutStore(out)
-    assert store.steps() == list(range(MAX_STEPS))
-    for step in range(MAX_STEPS):
+    assert store.steps() == list(range(1, MAX_STEPS + 1))  # TRL's steps
+    for step in range(1, MAX_STEPS + 1):
         assert len(store.load(step)) == BATCH, step

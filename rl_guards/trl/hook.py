@@ -941,9 +941,9 @@ class GuardRun(TrainerCallback):
 
     def _rollouts_folder(self) -> Path:
         """The rollouts guard's folder (where ``findings.jsonl`` goes too), or its default when it is off."""
-        from rl_guards.rollouts.recorder import default_rollouts_dir
+        from rl_guards.rollouts.recorder import RolloutRecorder, default_rollouts_dir
 
-        recorder = next((g for g in self.guards if g.name == "rollouts"), None)
+        recorder = next((g for g in self.guards if isinstance(g, RolloutRecorder)), None)
         return recorder.folder if recorder is not None else default_rollouts_dir(self.ctx.output_dir)
 
     @staticmethod
