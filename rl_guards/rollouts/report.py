@@ -483,8 +483,8 @@ def _findings_section(log: FindingsLog) -> str:
         )
     parts.append('<h2 id="findings">Findings</h2>')
     if log.path is None:
-        parts.append('<div class="empty">no findings.jsonl next to the dumps (no finding so far, or a run written '
-                     "by an rl_guards that did not record them)</div>")  # fmt: skip
+        parts.append('<div class="empty">no findings (no findings.jsonl next to the dumps: the guards found nothing, '
+                     "or the run was written by an rl_guards that did not record findings)</div>")  # fmt: skip
         return "".join(parts)
     if not log.findings:
         parts.append('<div class="empty">no findings</div>')
