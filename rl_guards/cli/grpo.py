@@ -188,14 +188,8 @@ def worker_main(argv: list[str] | None = None) -> int:
 
 
 def report_stop(exc: GuardError) -> None:
-    """Say once (on the main process) which guard stopped the run, where, and why; close the W&B run as failed."""
-    if int(os.environ.get("RANK", "0") or 0) == 0:
-        where = f" at step {exc.step}" if exc.step is not None else ""
-        print(
-            f"\nrl-guards grpo: the {exc.guard or 'rl_guards'} guard stopped the run{where} (exit status "
-            f"{GUARD_STOP_EXIT_CODE}: a guard stop, not a crash).\n{exc}",
-            file=sys.stderr,
-        )
+    """Close the W&B run as failed, then say once (on the main process), last, which guard stopped the run, where,
+    and why."""
     try:
         import wandb
 
@@ -203,6 +197,13 @@ def report_stop(exc: GuardError) -> None:
             wandb.finish(exit_code=GUARD_STOP_EXIT_CODE)
     except Exception:  # W&B trouble never hides the stop
         pass
+    if int(os.environ.get("RANK", "0") or 0) == 0:
+        where = f" at step {exc.step}" if exc.step is not None else ""
+        print(
+            f"\nrl-guards grpo: the {exc.guard or 'rl_guards'} guard stopped the run{where} (exit status "
+            f"{GUARD_STOP_EXIT_CODE}: a guard stop, not a crash).\n{exc}",
+            file=sys.stderr,
+        )
 
 
 if __name__ == "__main__":
