@@ -4,6 +4,7 @@ the W&B tables and TRL's own completions table; dumps written with the old numbe
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -129,6 +130,18 @@ def test_old_dumps_read_with_trl_numbering_and_survive_a_resume(tmp_path: Path) 
     assert store.checkpoint_steps() == {4: 4}
     assert {r["step"] for r in store.load(4)} == {4} and store.path(4).name == step_file_name(3)
     assert {r["step"] for r in store.table(6, ["step"]).to_pylist()} == {6}
+
+    # Should an old dump and a new one ever claim one step (files copied by hand), the new format wins, the other
+    # file is named, never silently mixed in.
+    twin = folder / step_file_name(6)
+    shutil.copy(folder / step_file_name(1), twin)  # a schema-3 file that says step 6
+    table = pq.read_table(twin)
+    meta = {**json.loads(table.schema.metadata[METADATA_KEY]), "schema_version": 3, "step": 6}
+    table = table.set_column(0, "schema_version", pa.array([3] * table.num_rows, pa.int16()))
+    pq.write_table(table.replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()}), str(twin))
+    store = RolloutStore(tmp_path)
+    assert store.path(6) == twin and store.unreadable() == [f"{step_file_name(5)} (step 6 is also in {twin.name})"]
+    twin.unlink()
 
     # A resume at checkpoint-4 with this version keeps the old dumps up to step 4, moves step 6 aside under its own
     # name, and writes the new trajectory's steps in the new numbering next to the old files.
