@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from rl_guards.cli.grpo import split_guards
+from rl_guards.rollouts.findings import find_findings_file, load_findings
 from rl_guards.rollouts.reader import RolloutStore
 from rl_guards.testing import make_dataset
 from rl_guards.trl.script_args import parse_trl_yaml
@@ -71,7 +72,7 @@ def test_rl_guards_grpo_trains_with_every_guard(tiny: Any, tmp_path: Path) -> No
     assert "GuardRunState" in state["stateful_callbacks"]  # the guards' state is saved with the checkpoint
     logged = {k for entry in state["log_history"] for k in entry}
     assert {"rl_guards/masking/checked_batches", "rl_guards_task/arith/reward_mean"} <= logged
-    assert RolloutStore(out).steps() == [0, 1]  # rollouts.every_steps=1 from the guards: section
+    assert RolloutStore(out).steps() == [1, 2]  # rollouts.every_steps=1 from the guards: section (TRL's steps)
     assert "dead_groups/dead_task" in done.stdout + done.stderr  # warn_after_steps=2 from the guards: section
 
 
@@ -112,3 +113,73 @@ def test_a_healthy_rl_guards_grpo_run_is_silent(tiny: Any, tmp_path: Path) -> No
     assert "RLGuardsWarning" not in printed, printed[-3000:]
     status = [line for line in printed.splitlines() if line.startswith("[rl_guards] step ")]
     assert status and all(line.endswith(": ok") for line in status), status
+
+
+STOPPER = '''
+def fails_from_step_3(completions, trainer_state=None, **kwargs):
+    """Pays nothing; raises on every row of the batch generated at global step 2 (TRL's step 3) and later."""
+    if trainer_state is not None and trainer_state.global_step >= 2:
+        raise ValueError("planted reward failure")
+    return [0.0] * len(completions)
+'''
+
+
+@pytest.mark.slow
+def test_a_guard_stop_is_one_message_its_own_exit_status_and_its_own_step(tiny: Any, tmp_path: Path) -> None:
+    """Issue 23 #2: a guard stop under rl-guards grpo used to exit 1 with three tracebacks ending in a
+    CalledProcessError, and logged the failing batch's metrics at the previous step's x."""
+    from rl_guards.errors import GUARD_STOP_EXIT_CODE
+    from rl_guards.testing.wandb_offline import find_offline_runs, read_offline_run
+
+    (tmp_path / "stopper.py").write_text(STOPPER)
+    data = _yaml(tiny, tmp_path, guards={"reward_errors": {"mode": "raise"}, "rollouts": {"every_steps": 1}})
+    data.update(
+        reward_funcs=[*data["reward_funcs"], "stopper.fails_from_step_3"],
+        max_steps=4, report_to="wandb", run_name="stopped",
+    )  # fmt: skip
+    path = tmp_path / "grpo.yaml"
+    path.write_text(yaml.safe_dump(data))
+    env = {
+        **os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline",
+        "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    }  # fmt: skip
+    cmd = [sys.executable, "-m", "rl_guards.cli.main", "grpo", "--config", str(path)]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    printed = done.stdout + done.stderr
+    assert done.returncode == GUARD_STOP_EXIT_CODE == 3, printed[-3000:]
+    assert "Traceback" not in printed and "CalledProcessError" not in printed, printed[-3000:]
+    # The guard's message, once: the stop line names the guard and TRL's step of the failing batch.
+    assert printed.count("the reward_errors guard stopped the run at step 3") == 1, printed[-3000:]
+    assert printed.count("[rl_guards/reward_errors] reward function 'fails_from_step_3' raised") == 1, printed[-3000:]
+    # W&B: one point per step, the failing batch's metrics at its own step (3), not a second point at step 2.
+    run = read_offline_run(find_offline_runs(tmp_path)[-1])
+    xs = [row["train/global_step"] for row in run.history if "train/reward" in row]
+    assert xs == [1, 2, 3], run.history
+    assert run.summary.get("rl_guards/stopped_by") == "reward_errors/raised:fails_from_step_3 at step 3"
+    last = RolloutStore(tmp_path / "out").index()[-1]
+    assert (last["step"], last["reason"]) == (3, "stopped")  # the failing batch, on disk under its own step
+    stop = load_findings(find_findings_file(tmp_path / "out")).stop  # and the stop, next to it (issue 23 #3)
+    assert stop is not None and (stop["guard"], stop["step"]) == ("reward_errors", 3)
+
+
+@pytest.mark.slow
+def test_a_crash_under_rl_guards_grpo_keeps_its_traceback_and_is_no_guard_stop(tiny: Any, tmp_path: Path) -> None:
+    """The other side of issue 23 #2: a real crash (here a reward function raising, with reward_errors off) still
+    shows its own traceback and exits with a crash's status, and the launcher adds one line, not a second traceback."""
+    (tmp_path / "stopper.py").write_text(STOPPER)
+    data = _yaml(tiny, tmp_path, guards={"reward_errors": {"enabled": False}})
+    data.update(reward_funcs=[*data["reward_funcs"], "stopper.fails_from_step_3"], max_steps=4)
+    path = tmp_path / "grpo.yaml"
+    path.write_text(yaml.safe_dump(data))
+    env = {
+        **os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    }  # fmt: skip
+    cmd = [sys.executable, "-m", "rl_guards.cli.main", "grpo", "--config", str(path)]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    printed = done.stdout + done.stderr
+    assert done.returncode not in (0, 2, 3), printed[-3000:]
+    assert "Traceback" in printed and "ValueError: planted reward failure" in printed, printed[-3000:]
+    assert "CalledProcessError" not in printed and "guard stopped the run" not in printed, printed[-3000:]
+    assert printed.count("rl-guards grpo: the training process failed") == 1, printed[-3000:]

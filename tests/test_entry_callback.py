@@ -29,7 +29,7 @@ def test_callback_route_gives_the_batch_guards(make_grpo_trainer: Any) -> None:
     keys = _batch_keys(trainer.state.log_history)
     assert "rl_guards/masking/checked_batches" in keys and any(k.startswith("rl_guards_task/") for k in keys)
     assert callback.session is callback.run.session
-    assert (Path(trainer.args.output_dir) / "rl_guards" / "rollouts" / "step_000000.parquet").is_file()
+    assert (Path(trainer.args.output_dir) / "rl_guards" / "rollouts" / "step_000001.parquet").is_file()
 
 
 def test_callback_route_and_install_are_one_run(make_grpo_trainer: Any) -> None:

@@ -113,9 +113,9 @@ def test_mode_decides_between_stop_warn_and_count(make_grpo_trainer: Any, mode: 
     trainer = make_grpo_trainer(max_steps=2)
     run = rl_guards.install(trainer, {"truncation": {"mode": mode}}, guards=[AlwaysViolates])
     if mode == "raise":
-        with pytest.raises(GuardError, match="planted violation at step 0") as info:
+        with pytest.raises(GuardError, match="planted violation at step 1") as info:  # TRL's step of the batch
             trainer.train()
-        assert info.value.guard == "always" and info.value.step == 0
+        assert info.value.guard == "always" and info.value.step == 1
         assert trainer.state.global_step == 0
         return
     if mode == "warn":

@@ -154,7 +154,7 @@ def test_two_processes_agree_with_one_process_replay(tiny: Any, tmp_path: Path) 
 
     # Files written once, by the main process: one dump per step, and index lines not duplicated.
     dumps = sorted(p.name for p in (out / "rl_guards" / "rollouts").glob("step_*.parquet"))
-    assert dumps == ["step_000000.parquet", "step_000001.parquet", "step_000002.parquet"]
+    assert dumps == ["step_000001.parquet", "step_000002.parquet", "step_000003.parquet"]  # TRL's steps
     index = (out / "rl_guards" / "rollouts" / "index.jsonl").read_text().splitlines()
     assert len(index) == len(set(index))
 
@@ -166,7 +166,8 @@ def test_a_failure_on_one_rank_skips_the_batch_on_all_ranks_without_a_hang(tiny:
     proc = _launch(out, nproc=2, per_device_batch=6, cache=os.environ["RL_GUARDS_CACHE"], extra_env={"FAIL_RANK": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     steps = {r: [b["step"] for b in _batches(out / f"batches_rank{r}.jsonl")] for r in (0, 1)}
-    assert steps == {0: [0, 2], 1: [0, 2]}, steps  # step 1 skipped on both ranks, training went on
+    # the batch generated at global step 1 (TRL's step 2) skipped on both ranks, training went on
+    assert steps == {0: [1, 3], 1: [1, 3]}, steps
     assert "hook/internal_error" in (out / "summary.txt").read_text()
 
 

@@ -48,7 +48,7 @@ def test_resume_after_a_finding_that_does_not_recur_finishes(make_grpo_trainer: 
     resumed = rl_guards.install(second, config)
     second.train(resume_from_checkpoint=str(out / "checkpoint-2"))  # 0.1: KeyError ('rollouts', 'write_failed')
     rows = {(r["guard"], r["kind"]): r for r in resumed.session.summary_rows()}
-    assert rows[("rollouts", "write_failed")]["first_step"] == 0  # the first step survives the resume
+    assert rows[("rollouts", "write_failed")]["first_step"] == 1  # the first step (TRL's) survives the resume
     assert "rollouts/write_failed" in resumed.summary()
     assert ("rollouts", "write_failed") in {(f.guard, f.kind) for f in resumed.findings}
 
@@ -78,9 +78,9 @@ def test_a_checkpoint_left_without_its_tagged_dump_is_tagged_on_resume(make_grpo
     rl_guards.install(trainer, {"rollouts": {"every_steps": 1, "wandb_rows_per_task": 0}})
     trainer.train()
     dumps = _dumps(out)
-    assert dumps[1]["checkpoint"] == 2 and dumps[3]["checkpoint"] == 4
-    # What a SIGKILL between the checkpoint's save and its dump's tag left behind: step 1's dump untagged.
-    path = out / "rl_guards" / "rollouts" / step_file_name(1)
+    assert dumps[2]["checkpoint"] == 2 and dumps[4]["checkpoint"] == 4  # TRL's numbering: checkpoint-k is step k
+    # What a SIGKILL between the checkpoint's save and its dump's tag left behind: step 2's dump untagged.
+    path = out / "rl_guards" / "rollouts" / step_file_name(2)
     retag_dump(path, 2)
     meta = read_dump_metadata(path)
     meta_untagged = {**meta, "checkpoint": None, "reason": "periodic"}
@@ -91,7 +91,7 @@ def test_a_checkpoint_left_without_its_tagged_dump_is_tagged_on_resume(make_grpo
     resumed = make_grpo_trainer(output_dir=out, **SAVE)
     run = rl_guards.install(resumed, {"rollouts": {"every_steps": 1, "wandb_rows_per_task": 0}})
     resumed.train(resume_from_checkpoint=str(out / "checkpoint-2"))
-    assert _dumps(out)[1]["checkpoint"] == 2
+    assert _dumps(out)[2]["checkpoint"] == 2
     assert ("rollouts", "retagged_dump") in run.session.notes
 
 
@@ -101,8 +101,8 @@ def test_the_checkpoint_dump_is_written_before_the_checkpoint(make_grpo_trainer:
     rl_guards.install(trainer, {"rollouts": {"every_steps": 100, "wandb_rows_per_task": 0}})
     trainer.train()
     dumps = _dumps(out)
-    assert sorted(dumps) == [0, 1, 3] and dumps[1]["checkpoint"] == 2 and dumps[3]["checkpoint"] == 4
-    for step, checkpoint in ((1, 2), (3, 4)):
+    assert sorted(dumps) == [1, 2, 4] and dumps[2]["checkpoint"] == 2 and dumps[4]["checkpoint"] == 4
+    for step, checkpoint in ((2, 2), (4, 4)):
         written = (out / "rl_guards" / "rollouts" / step_file_name(step)).stat().st_mtime_ns
         assert written <= (out / f"checkpoint-{checkpoint}" / "trainer_state.json").stat().st_mtime_ns
 

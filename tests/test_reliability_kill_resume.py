@@ -107,8 +107,8 @@ def test_one_dump_per_step_and_one_tagged_dump_per_checkpoint(campaigns: dict[in
     out = campaigns[seed]
     store = RolloutStore(out)
     index = store.index()
-    assert [e["step"] for e in index] == list(range(MAX_STEPS))
-    for step in range(MAX_STEPS):
+    assert [e["step"] for e in index] == list(range(1, MAX_STEPS + 1))  # TRL's steps
+    for step in range(1, MAX_STEPS + 1):
         rows = store.load(step)
         assert len(rows) == BATCH and sorted(r["row"] for r in rows) == list(range(BATCH)), step
         assert {r["step"] for r in rows} == {step}
@@ -116,7 +116,7 @@ def test_one_dump_per_step_and_one_tagged_dump_per_checkpoint(campaigns: dict[in
     assert checkpoints == [*range(SAVE_STEPS, MAX_STEPS, SAVE_STEPS), MAX_STEPS]
     tagged = Counter(e["checkpoint"] for e in index if e["checkpoint"] is not None)
     assert tagged == Counter(checkpoints), index
-    assert all(e["step"] == e["checkpoint"] - 1 for e in index if e["checkpoint"] is not None)
+    assert all(e["step"] == e["checkpoint"] for e in index if e["checkpoint"] is not None)  # one numbering
     assert not list(store.folder.glob(".*.tmp-*"))
 
 
@@ -182,7 +182,7 @@ def test_per_task_curves_are_continuous(campaigns: dict[int, Path], seed: int) -
             per_step.append((entry["step"], rows))
     assert [s for s, _ in per_step] == list(range(1, MAX_STEPS + 1))
     for step, rows in per_step:
-        dumped = Counter(r["task"] for r in store.load(step - 1))  # the batch generated at global step - 1
+        dumped = Counter(r["task"] for r in store.load(step))  # one numbering: the batch trained in that step
         assert rows == {t: float(n) for t, n in dumped.items()}, step
 
 
@@ -217,7 +217,7 @@ def test_kills_after_resuming_a_checkpoint_written_without_rl_guards(all_campaig
     assert checkpoints == [*range(SAVE_STEPS, MAX_STEPS, SAVE_STEPS), MAX_STEPS]
     assert set(sections) == {f"checkpoint-{c}" for c in checkpoints[1:]} | {out.name}  # all but the unguarded one
     assert sections[out.name]["batches_seen"] == MAX_STEPS - SAVE_STEPS  # guarded from step 2 on, nothing twice
-    assert RolloutStore(out).steps() == list(range(SAVE_STEPS, MAX_STEPS))
+    assert RolloutStore(out).steps() == list(range(SAVE_STEPS + 1, MAX_STEPS + 1))  # TRL's steps 3..MAX_STEPS
     assert all(r["not_restored_warnings"] == 0 for r in _restores(out))  # no section is not a damaged section
 
 
@@ -238,6 +238,6 @@ def test_kills_with_damaged_sections_are_said_once_per_resume(all_campaigns: dic
     written = _well_formed_sections(out, damaged)  # every other checkpoint holds a complete section of this version
     assert set(written) == {p.parent.name for p in out.glob("*/trainer_state.json")} - damaged | {out.name}
     store = RolloutStore(out)
-    assert store.steps() == list(range(MAX_STEPS))
-    for step in range(MAX_STEPS):
+    assert store.steps() == list(range(1, MAX_STEPS + 1))  # TRL's steps
+    for step in range(1, MAX_STEPS + 1):
         assert len(store.load(step)) == BATCH, step

@@ -53,7 +53,7 @@ def test_preflight_on_a_finished_runs_yaml_changes_nothing_in_its_folder(
     rl_guards.install(trainer, {"rollouts": {"every_steps": 1}})
     trainer.train()
     store = RolloutStore(out)
-    assert store.steps() == [0, 1, 2] and (store.folder / "index.jsonl").read_text().count("\n") == 3
+    assert store.steps() == [1, 2, 3] and (store.folder / "index.jsonl").read_text().count("\n") == 3
     assert (out / "checkpoint-2" / "trainer_state.json").is_file()
 
     config = {
@@ -77,4 +77,4 @@ def test_preflight_on_a_finished_runs_yaml_changes_nothing_in_its_folder(
     assert sorted(after) == sorted(before)
     changed = [name for name in before if before[name] != after[name]]
     assert changed == []
-    assert RolloutStore(out).steps() == [0, 1, 2]
+    assert RolloutStore(out).steps() == [1, 2, 3]

@@ -93,9 +93,9 @@ def test_sigkill_between_checkpoints_then_resume_loses_and_duplicates_nothing(ti
     pre_kill, resume_at = _kill_between_checkpoints(out, rollouts, tmp_path / "killed_run.log")
     killed_at = time.time()
     assert resume_at < MAX_STEPS and not (out / "trainer_state.json").exists()
-    abandoned = [s for s in pre_kill if s >= resume_at]
+    abandoned = [s for s in pre_kill if s > resume_at]
     assert abandoned, (pre_kill, resume_at)  # the scenario: dumps past the checkpoint exist
-    kept = {s: (rollouts / step_file_name(s)).read_bytes() for s in pre_kill if s < resume_at}
+    kept = {s: (rollouts / step_file_name(s)).read_bytes() for s in pre_kill if s <= resume_at}
 
     resumed = subprocess.run(
         [
@@ -114,18 +114,20 @@ def test_sigkill_between_checkpoints_then_resume_loses_and_duplicates_nothing(ti
     )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
 
-    # Every step dumped exactly once, one batch of distinct rows each; the index agrees with the files.
+    # Every step dumped exactly once (TRL's steps 1..MAX_STEPS), one batch of distinct rows each; the index agrees
+    # with the files.
+    steps = list(range(1, MAX_STEPS + 1))
     store = RolloutStore(out)
-    assert store.steps() == list(range(MAX_STEPS))
+    assert store.steps() == steps
     index_steps = [json.loads(line)["step"] for line in (rollouts / INDEX_FILE).read_text().splitlines()]
-    assert index_steps == list(range(MAX_STEPS))
-    dumps = {s: store.load(s) for s in range(MAX_STEPS)}
+    assert index_steps == steps
+    dumps = {s: store.load(s) for s in steps}
     for s, rows in dumps.items():
         assert len(rows) == BATCH and {r["step"] for r in rows} == {s}, s
         assert sorted(r["row"] for r in rows) == list(range(BATCH)), s
-    # Steps before the checkpoint: the pre-kill files, untouched. From the checkpoint on: rewritten after the kill.
+    # Steps up to the checkpoint: the pre-kill files, untouched. After it: rewritten after the kill.
     assert {s: (rollouts / step_file_name(s)).read_bytes() for s in kept} == kept
-    for s in range(resume_at, MAX_STEPS):
+    for s in range(resume_at + 1, MAX_STEPS + 1):
         assert read_dump_metadata(rollouts / step_file_name(s))["written_at"] > killed_at, s
     # The abandoned trajectory's dumps are kept aside, not mixed in; no temp file of the killed write is left.
     moved = sorted(int(p.stem.split("_")[1]) for p in (rollouts / SUPERSEDED_DIR).rglob("step_*.parquet"))
@@ -140,7 +142,7 @@ def test_sigkill_between_checkpoints_then_resume_loses_and_duplicates_nothing(ti
     for entry in per_step:
         rows = _task_rows(entry)
         assert sum(rows.values()) == BATCH, entry
-        dumped = Counter(r["task"] for r in dumps[entry["step"] - 1])  # the batch generated at global step - 1
+        dumped = Counter(r["task"] for r in dumps[entry["step"]])  # one numbering: the batch trained in that step
         assert rows == {t: float(n) for t, n in dumped.items()}, entry["step"]
         seen_tasks |= set(rows)
     assert seen_tasks == {"arith", "echo"}

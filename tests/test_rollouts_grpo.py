@@ -42,7 +42,7 @@ def test_dumps_at_period_and_checkpoints_and_survive_resume(
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_SILENT", "true")
     out = tmp_path / "run"
-    config = GuardsConfig.from_dict({"rollouts": {"every_steps": 3, "wandb_rows_per_task": 2}, "metrics": "full"})
+    config = GuardsConfig.from_dict({"rollouts": {"every_steps": 2, "wandb_rows_per_task": 2}, "metrics": "full"})
 
     trainer = _trainer(out, max_steps=5, save_strategy="steps", save_steps=2, report_to="wandb", run_name="dumps")
     run = rl_guards.install(trainer, config, guards=[RolloutRecorder])
@@ -53,20 +53,19 @@ def test_dumps_at_period_and_checkpoints_and_survive_resume(
 
     store = RolloutStore(out)
     checkpoints = _checkpoints(out)
-    assert checkpoints[:2] == [2, 4]
-    # Periodic dumps at steps 0 and 3; checkpoint-k dumps the rollouts of step k-1 (the batch of its last update).
-    expected = sorted({0, 3} | {k - 1 for k in checkpoints})
+    assert checkpoints == [2, 4, 5]
+    # TRL's numbering: step k is the batch trained in step k. Periodic dumps at steps 1, 2 and 4; checkpoint-k
+    # dumps the rollouts of step k (the batch of its last update).
+    expected = sorted({1, 2, 4} | set(checkpoints))
     assert store.steps() == expected
     index = {e["step"]: e for e in store.index()}
-    assert {e["checkpoint"]: s for s, e in index.items() if e["checkpoint"] is not None} == {
-        k: k - 1 for k in checkpoints
-    }
-    assert index[0]["reason"] == "periodic" and index[1]["reason"] == "checkpoint"
-    assert index[3]["reason"] == "checkpoint"  # periodic, then tagged by checkpoint-4
+    assert {e["checkpoint"]: s for s, e in index.items() if e["checkpoint"] is not None} == {k: k for k in checkpoints}
+    assert index[1]["reason"] == "periodic" and index[5]["reason"] == "checkpoint"
+    assert index[2]["reason"] == index[4]["reason"] == "checkpoint"  # periodic, then tagged by the checkpoint
 
     tok = trainer.processing_class
     eos_ids = {tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")}
-    rows = store.load(0)
+    rows = store.load(1)
     assert len(rows) == trainer.args.per_device_train_batch_size
     assert [r["group"] for r in rows] == [i // trainer.num_generations for i in range(len(rows))]
     for row in rows:
@@ -79,7 +78,7 @@ def test_dumps_at_period_and_checkpoints_and_survive_resume(
         assert scored in (0.0, 1.0) and other is None and row["reward"] == scored
         assert row["think_kind"] in ("answer", "thinking", "anomalous")
         assert row["thinking"] in (True, False)
-    # Metrics reach the trainer's log; one per new dump (the re-tag of step 3 writes no new rows).
+    # Metrics reach the trainer's log; one per new dump (the re-tags of steps 2 and 4 write no new rows).
     logged = [
         e["rl_guards/rollouts/dumped_rows"] for e in trainer.state.log_history if "rl_guards/rollouts/dumped_rows" in e
     ]
@@ -93,18 +92,19 @@ def test_dumps_at_period_and_checkpoints_and_survive_resume(
     tables = [p for p in back.table_files if "rollouts" in p.name]
     assert len(tables) == len(expected)
     # Tables are logged from the background writer's results, so their order in the run need not follow the steps.
-    table = next(t for t in map(json.loads, (p.read_text() for p in tables)) if t["data"][0][0] == 1)  # both tasks
+    loaded = [json.loads(p.read_text()) for p in tables]
+    table = next(t for t in loaded if len({row[2] for row in t["data"]}) == 2)  # a step with both tasks
     assert "completion_cut_for_table" in table["columns"] and len(table["data"]) == 4  # 2 rows x 2 tasks
 
-    # Crash after step 5, resume from checkpoint-2: steps 0 and 1 stay as written, 2+ are redone.
-    before = {s: (store.path(s)).read_bytes() for s in (0, 1)}
+    # Crash after step 5, resume from checkpoint-2: steps 1 and 2 stay as written, 3+ are redone.
+    before = {s: (store.path(s)).read_bytes() for s in (1, 2)}
     resumed = _trainer(out, max_steps=5, save_strategy="steps", save_steps=2)
     rl_guards.install(resumed, config, guards=[RolloutRecorder])
     resumed.train(resume_from_checkpoint=str(out / "checkpoint-2"))
     assert store.steps() == expected  # nothing lost, nothing twice
-    assert {s: store.path(s).read_bytes() for s in (0, 1)} == before
+    assert {s: store.path(s).read_bytes() for s in (1, 2)} == before
     moved = sorted(p.name for p in (store.folder / SUPERSEDED_DIR).rglob("*.parquet"))
-    assert moved == [f"step_{s:06d}.parquet" for s in expected if s >= 2]
+    assert moved == [f"step_{s:06d}.parquet" for s in expected if s > 2]
     index_lines = (store.folder / "index.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in index_lines] == expected
 
@@ -116,14 +116,14 @@ def test_dumps_at_period_and_checkpoints_and_survive_resume(
     )
     assert cli_main.main(["report", str(out), "-o", str(tmp_path / "report.html")]) == 0
     page = (tmp_path / "report.html").read_text()
-    assert "checkpoint-2 (step 1)" in page and "checkpoint-4 (step 3)" in page and "(all, TRL)" in page
-    assert cli_main.main(["rollouts", str(out), "show", "--step", "3", "--limit", "1"]) == 0
-    assert "step 3 | " in capsys.readouterr().out
+    assert "<th>checkpoint-2</th>" in page and "<th>checkpoint-4</th>" in page and "(all, TRL)" in page
+    assert cli_main.main(["rollouts", str(out), "show", "--step", "4", "--limit", "1"]) == 0
+    assert "step 4 | " in capsys.readouterr().out
 
 
 def test_dump_schedule_with_steps_per_generation_2(tmp_path: Path) -> None:
-    # One generation batch every 2 optimizer steps (steps 0, 2, 4, 6): with every_steps=3, the first batch at or
-    # after each multiple of 3 is dumped. 0.1 dumped only batches whose step was a multiple of 3 (here 0 and 6).
+    # One generation batch every 2 optimizer steps (generated at global steps 0, 2, 4, 6: TRL's steps 1, 3, 5, 7):
+    # with every_steps=3, the first batch at or after each multiple of 3 is dumped.
     out = tmp_path / "spg"
     trainer = _trainer(out, max_steps=8, steps_per_generation=2)
     seen: list[int] = []
@@ -140,5 +140,5 @@ def test_dump_schedule_with_steps_per_generation_2(tmp_path: Path) -> None:
     trainer.train()
     assert seen == [0, 2, 4, 6]  # the scenario: a batch every second step
     store = RolloutStore(out)
-    assert store.steps() == [0, 4, 6]
+    assert store.steps() == [1, 3, 7]
     assert all(len(store.load(s)) == 16 for s in store.steps())  # the whole generation batch of 2 steps

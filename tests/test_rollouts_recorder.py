@@ -93,30 +93,31 @@ def test_non_thinking_row_with_tags_is_flagged(tmp_path: Path) -> None:
 
 
 def test_periodic_and_checkpoint_schedule(tmp_path: Path) -> None:
+    # TRL's numbering: the batch of step k is trained in step k, and checkpoint-k holds it.
     h = Harness(str(tmp_path), every_steps=3)
     h.begin(0)
-    for step in range(8):
+    for step in range(1, 9):
         h.batch(make_batch(step))
     folder = _folder(tmp_path)
-    assert _files(folder) == [INDEX_FILE, *(step_file_name(s) for s in (0, 3, 6))]
+    assert _files(folder) == [INDEX_FILE, *(step_file_name(s) for s in (1, 3, 6))]
 
-    h.save(8)  # latest batch is step 7, not dumped yet
+    h.save(8)  # latest batch is step 8, not dumped yet
     h.save(8)  # a second call for the same checkpoint writes nothing new
     entries = {e["step"]: e for e in _index(folder)}
-    assert sorted(entries) == [0, 3, 6, 7]
-    assert entries[7]["reason"] == "checkpoint" and entries[7]["checkpoint"] == 8
+    assert sorted(entries) == [1, 3, 6, 8]
+    assert entries[8]["reason"] == "checkpoint" and entries[8]["checkpoint"] == 8
     assert h.metric("dumped_rows") == [6.0] * 4
 
     h.batch(make_batch(9))
     h.batch(make_batch(9))  # a second generation batch of the same step (steps_per_generation < grad accum)
-    h.save(10)  # step 9 was dumped periodically: now also tagged as the checkpoint's
+    h.save(9)  # step 9 was dumped periodically: now also tagged as the checkpoint's
     assert h.metric("dumped_rows") == [6.0] * 4 + [6.0, 6.0]  # the second batch added 6 rows, the tag none
     table = pq.read_table(folder / "step_000009.parquet")
     assert table.num_rows == 12
     assert sorted(set(table.column("group").to_pylist())) == list(range(6))  # unique per step
     assert table.column("row").to_pylist() == list(range(12))
     entries = {e["step"]: e for e in _index(folder)}
-    assert entries[9]["reason"] == "checkpoint" and entries[9]["checkpoint"] == 10 and entries[9]["rows"] == 12
+    assert entries[9]["reason"] == "checkpoint" and entries[9]["checkpoint"] == 9 and entries[9]["rows"] == 12
 
 
 def test_on_save_disabled_and_eval_batches_and_other_ranks_write_nothing(tmp_path: Path) -> None:
@@ -228,35 +229,36 @@ def _contents(folder: Path, step: int) -> set[str]:
 @pytest.mark.parametrize("call_train_begin", [True, False])
 def test_resume_round_trip_loses_nothing_and_duplicates_nothing(tmp_path: Path, call_train_begin: bool) -> None:
     folder = _folder(tmp_path)
-    first = Harness(str(tmp_path), every_steps=2)
+    # TRL's numbering: the batch of step k is trained in step k; checkpoint-k holds it.
+    first = Harness(str(tmp_path), every_steps=3)
     first.begin(0)
-    for step in range(10):  # checkpoints at 4 and 8; "crash" after step 9
+    for step in range(1, 11):  # checkpoints at 4 and 8; "crash" after step 10
         first.batch(make_batch(step, marker=" [run1]"))
-        if step + 1 in (4, 8):
-            first.save(step + 1)
-    assert [e["step"] for e in _index(folder)] == [0, 2, 3, 4, 6, 7, 8]
+        if step in (4, 8):
+            first.save(step)
+    assert [e["step"] for e in _index(folder)] == [1, 3, 4, 6, 8, 9]
 
-    # Resume from checkpoint-4: a new recorder (new process), global step 4.
-    second = Harness(str(tmp_path), every_steps=2)
+    # Resume from checkpoint-4: a new recorder (new process), global step 4, the first batch is step 5's.
+    second = Harness(str(tmp_path), every_steps=3)
     if call_train_begin:
         second.begin(4)
-    for step in range(4, 10):
+    for step in range(5, 11):
         second.batch(make_batch(step, marker=" [run2]"))
-        if step + 1 == 8:
+        if step == 8:
             second.save(8)
 
     entries = _index(folder)
     steps = [e["step"] for e in entries]
-    assert steps == [0, 2, 3, 4, 6, 7, 8]  # every step once
+    assert steps == [1, 3, 4, 5, 6, 8, 9]  # every step once
     assert sorted(f for f in _files(folder) if f != INDEX_FILE) == [e["file"] for e in entries]
-    for step in (0, 2, 3):  # before the checkpoint: the original dumps, kept
+    for step in (1, 3, 4):  # up to the checkpoint: the original dumps, kept
         assert all(t.endswith("[run1]") for t in _contents(folder, step))
-    for step in (4, 6, 7, 8):  # after it: the resumed trajectory only
+    for step in (5, 6, 8, 9):  # after it: the resumed trajectory only
         assert all(t.endswith("[run2]") for t in _contents(folder, step))
-    assert {e["step"]: e["checkpoint"] for e in entries if e["checkpoint"]} == {3: 4, 7: 8}
+    assert {e["step"]: e["checkpoint"] for e in entries if e["checkpoint"]} == {4: 4, 8: 8}
     # The abandoned trajectory's dumps are kept aside, not in the store.
     moved = sorted(p.name for p in (folder / SUPERSEDED_DIR).rglob("*.parquet"))
-    assert moved == [step_file_name(s) for s in (4, 6, 7, 8)]
+    assert moved == [step_file_name(s) for s in (6, 8, 9)]
     assert ("rollouts", "superseded") in second.session.notes and not second.session.counts
 
 

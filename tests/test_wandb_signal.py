@@ -150,8 +150,9 @@ def test_a_stop_leaves_an_alert_the_finding_and_the_failing_batch_in_wandb(
     run = _offline(tmp_path)
     [alert] = [a for a in run.alerts if a["title"] == "rl_guards: masking/post_eos"]
     assert alert["level"] == "ERROR" and "post_eos" in alert["text"] and "⟨!" in alert["text"]  # decoded rows
-    assert run.summary["rl_guards/findings/masking/post_eos"] == {"severity": "error", "count": 1, "first_step": 2}
-    assert run.summary["rl_guards/stopped_by"] == "masking/post_eos at step 2"
+    # generated at global step 2: TRL's step 3, the step it was to be trained in
+    assert run.summary["rl_guards/findings/masking/post_eos"] == {"severity": "error", "count": 1, "first_step": 3}
+    assert run.summary["rl_guards/stopped_by"] == "masking/post_eos at step 3"
     violating = [v for _, v in run.series("rl_guards/masking/violating_rows")]
     assert violating and violating[-1] > 0  # the failing batch's metrics, logged before the raise
 
@@ -177,4 +178,4 @@ def test_the_example_is_silent(example_run: tuple[OfflineRun, str]) -> None:
     assert "rl_guards: no findings." in printed
     assert "0 blocking, 0 warning(s)" in printed  # the preflight report
     # the run summary says what the probes covered
-    assert "probes at step(s) 0" in printed and "rows per task arith" in printed
+    assert "probes at step(s) 1" in printed and "rows per task arith" in printed

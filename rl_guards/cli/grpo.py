@@ -11,19 +11,25 @@ The launcher validates the guards config, writes the YAML without its ``guards:`
 next to each other in a temporary folder, and runs ``accelerate launch -m rl_guards.cli.grpo`` (as ``trl grpo``
 runs its script). Each process runs TRL's own ``trl.scripts.grpo.main`` with ``trl.GRPOTrainer`` bound to a
 subclass that calls :func:`rl_guards.install` right after ``__init__``.
+
+Exit status: 0 the run finished, 2 the guards config is invalid, ``GUARD_STOP_EXIT_CODE`` (3) a guard stopped the
+run (its message printed once, no traceback: the findings and the failing batch are on disk), anything else a crash
+(the process's own traceback above; the launcher adds one line, not a ``CalledProcessError``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from rl_guards.config import GuardsArguments, GuardsConfig
-from rl_guards.errors import ConfigError
+from rl_guards.errors import GUARD_STOP_EXIT_CODE, ConfigError, GuardError
 
 GUARDS_KEYS = ("guards", "rl_guards")  # the YAML section TRL must not see
 
@@ -111,10 +117,28 @@ def launch(argv: list[str]) -> int:
         launch_args = _accelerate_config(remaining)
         script_args = [a for a in argv if a not in remaining]
         accelerate_args = launch_command_parser().parse_args([*launch_args, "-m", "rl_guards.cli.grpo", *script_args])
-        launch_command(accelerate_args)
+        try:
+            launch_command(accelerate_args)
+        except subprocess.CalledProcessError as exc:  # one process: its own output already said why
+            return _exit_status([exc.returncode])
+        except Exception as exc:  # several processes: torch's ChildFailedError names each rank's exit code
+            failures = getattr(exc, "failures", None)
+            if not isinstance(failures, dict) or not failures:
+                raise
+            return _exit_status([getattr(f, "exitcode", 1) for f in failures.values()])
         return 0
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _exit_status(codes: list[int]) -> int:
+    """The launcher's status from its processes': a guard stop when every failed process stopped for a guard (its
+    message is already printed, once), else the crash's status with one line pointing at the traceback above."""
+    if codes and all(code == GUARD_STOP_EXIT_CODE for code in codes):
+        return GUARD_STOP_EXIT_CODE
+    code = next((c for c in codes if c not in (0, GUARD_STOP_EXIT_CODE)), 1)
+    print(f"rl-guards grpo: the training process failed (exit status {code}); its traceback is above.", file=sys.stderr)
+    return code if 0 < code < 256 else 1
 
 
 def _accelerate_config(args: list[str]) -> list[str]:
@@ -155,8 +179,31 @@ def worker_main(argv: list[str] | None = None) -> int:
         argv, fail_with_unknown_args=False
     )[:5]
     trl.GRPOTrainer = guarded_trainer_class(guard_args.to_config())  # trl.scripts.grpo.main imports it by name
-    trl_grpo.main(script_args, training_args, model_args, dataset_args)
+    try:
+        trl_grpo.main(script_args, training_args, model_args, dataset_args)
+    except GuardError as exc:  # a guard stopped the run on purpose: not a crash, no traceback
+        report_stop(exc)
+        return GUARD_STOP_EXIT_CODE
     return 0
+
+
+def report_stop(exc: GuardError) -> None:
+    """Close the W&B run as failed, then say once (on the main process), last, which guard stopped the run, where,
+    and why."""
+    try:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish(exit_code=GUARD_STOP_EXIT_CODE)
+    except Exception:  # W&B trouble never hides the stop
+        pass
+    if int(os.environ.get("RANK", "0") or 0) == 0:
+        where = f" at step {exc.step}" if exc.step is not None else ""
+        print(
+            f"\nrl-guards grpo: the {exc.guard or 'rl_guards'} guard stopped the run{where} (exit status "
+            f"{GUARD_STOP_EXIT_CODE}: a guard stop, not a crash).\n{exc}",
+            file=sys.stderr,
+        )
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import numpy as np
 class RolloutBatch:
     """One generation batch (all ranks), as scored by the reward functions."""
 
-    step: int  # trainer global step when the batch was generated
+    step: int  # TRL's step: the global step a train batch is trained in (global_step + 1 at generation)
     mode: str  # "train" or "eval"
     num_generations: int  # group size G
     reward_names: list[str]  # one per reward function, TRL's names (the W&B keys)

@@ -3,7 +3,7 @@
 ::
 
     store = RolloutStore("outputs/run1")              # a trainer output_dir, or the rollouts folder itself
-    store.steps()                                     # [0, 10, 19, 20, ...]
+    store.steps()                                     # [1, 10, 20, ...]: TRL's steps (older dumps migrated)
     rows = store.rows(20, task="arith", min_reward=0.5, anomaly="unclosed", truncated=False)
     table = store.table(20)                           # pyarrow.Table with every column
 """
@@ -23,11 +23,14 @@ from rl_guards.rollouts.recorder import (
     INDEX_FILE,
     REWARD_PREFIX,
     SCHEMA_VERSION,
+    STEP_SCHEMA,
     TOKENIZER_FILE,
     check_dump_schema,
     default_rollouts_dir,
+    read_dump_metadata,
     scan_dumps,
     step_file_name,
+    trl_step,
 )
 
 
@@ -84,10 +87,21 @@ class RolloutStore:
         return {e["checkpoint"]: e["step"] for e in self.index() if e.get("checkpoint") is not None}
 
     def path(self, step: int) -> Path:
+        """The file of ``step`` (TRL's numbering; a dump of schema 1 or 2 is named by its generation step)."""
         path = self.folder / step_file_name(step)
-        if not path.is_file():
-            raise FileNotFoundError(f"no dump for step {step} in {self.folder}; dumped steps: {self.steps()}")
-        return path
+        if path.is_file():
+            try:
+                meta = read_dump_metadata(path)
+                if trl_step(meta["step"], meta.get("schema_version")) == step:
+                    return path
+            except Exception:  # unreadable metadata: the table read names the file and the reason
+                return path
+        index = self.index()
+        for entry in index:
+            if entry["step"] == step:
+                return self.folder / entry["file"]
+        steps = [e["step"] for e in index]
+        raise FileNotFoundError(f"no dump for step {step} in {self.folder}; dumped steps: {steps}")
 
     @cached_property
     def decoder(self) -> Callable[[list[int]], str] | None:
@@ -135,6 +149,11 @@ class RolloutStore:
             raise UnreadableDumpError(
                 f"{path} has schema version {version}; this rl_guards reads up to {SCHEMA_VERSION}. Upgrade rl_guards."
             )
+        if version < STEP_SCHEMA and "step" in table.column_names:  # the generation step: TRL's is one more
+            import pyarrow.compute as pc
+
+            steps = table.column("step")
+            table = table.set_column(table.column_names.index("step"), "step", pc.add(steps, 1).cast(steps.type))
         return table
 
     def load(self, step: int, columns: list[str] | None = None) -> list[dict[str, Any]]:

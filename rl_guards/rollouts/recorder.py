@@ -2,7 +2,7 @@
 
 When it writes (main process only, train batches only)::
 
-    on_train_begin(k)        # dumps of steps >= k are from an abandoned trajectory: moved to superseded/
+    on_train_begin(k)        # dumps of steps > k are from an abandoned trajectory: moved to superseded/
     after_batch(batch)       # the first batch at or after each multiple of every_steps -> step_<step>.parquet
                              # (reason "periodic"); other batches of that step join the file
     before_save(checkpoint-k)  # the latest step seen, if not dumped yet -> reason "checkpoint", tagged k,
@@ -14,9 +14,11 @@ background writer (:mod:`rl_guards.rollouts.writer`). At most ``MAX_PENDING`` du
 behind, the oldest waiting periodic dump is dropped (``dropped_dumps``), never a checkpoint's or a stop's. With
 several ranks, the rows reach the main process only for the steps it dumps.
 
-``step`` is the trainer's global step when the batch was generated (the update it feeds ends at ``step + 1``),
-so the dump of ``checkpoint-k`` is usually step ``k - 1``. Several generation batches of one step
-(``steps_per_generation < gradient_accumulation_steps``) go into one file; group ids stay unique per step.
+``step`` is TRL's step: the global step the batch is trained in (generated at ``global_step = step - 1``), the
+number TRL's completions table, W&B and ``log_history`` give the same rows, so the dump of ``checkpoint-k`` is step
+``k``. Dumps of schema 1 and 2 stored the generation step (one less): readers add one when reading them
+(:func:`trl_step`). Several generation batches of one step (``steps_per_generation <
+gradient_accumulation_steps``) go into one file; group ids stay unique per step.
 
 Layout under ``rollouts.output_dir`` (default ``<output_dir>/rl_guards/rollouts``; ``~`` and env vars expanded)::
 
@@ -26,13 +28,14 @@ Layout under ``rollouts.output_dir`` (default ``<output_dir>/rl_guards/rollouts`
                           # first dump, and again with a later one whenever it is missing (a failed write)
     superseded/resumed_at_000100/step_000110.parquet   # dumps a resume made obsolete, kept for reference
 
-Resume: after resuming at global step ``k`` nothing is lost (every dump of steps ``< k`` stays) and nothing is
-duplicated (the pre-crash dumps of steps ``>= k`` belong to a trajectory the run abandoned: they are moved
+Resume: after resuming at global step ``k`` nothing is lost (every dump of steps ``<= k`` stays) and nothing is
+duplicated (the pre-crash dumps of steps ``> k`` belong to a trajectory the run abandoned: they are moved
 aside, and those steps are dumped again as the resumed run reaches them). The index is rebuilt from the files,
 and a complete checkpoint whose dump lost its tag (a kill between the two) gets it back.
 
-Columns (``SCHEMA_VERSION`` 2): ``schema_version, step, epoch, mode, row, group, task`` (the dataset's own name),
-``prompt_ids`` (the rendered prompt), ``completion_text`` (what the reward functions saw), ``completion_ids``
+Columns (``SCHEMA_VERSION`` 3; schema 2 had the same columns, with the generation step): ``schema_version, step,
+epoch, mode, row, group, task`` (the dataset's own name), ``prompt_ids`` (the rendered prompt), ``completion_text``
+(what the reward functions saw), ``completion_ids``
 (special tokens included: EOS visible when decoded), ``prompt_tokens, completion_tokens, reward`` (weighted total,
 null when every function skipped the row), ``advantage, truncated, think_kind, think_anomalies``
 (:func:`rl_guards.core.think_markup.scan` verdict, plus ``tag_in_nonthinking`` for a non-thinking row with tags),
@@ -78,7 +81,8 @@ from rl_guards.rollouts.writer import BackgroundWriter, Job
 
 logger = logging.getLogger("rl_guards")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+STEP_SCHEMA = 3  # the first schema whose ``step`` is TRL's (older dumps hold the generation step, one less)
 INDEX_FILE = "index.jsonl"
 TOKENIZER_FILE = "tokenizer.json"  # the run's tokenizer (rewritten when missing): readers decode ids with it
 SUPERSEDED_DIR = "superseded"
@@ -110,6 +114,11 @@ def read_dump_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     if raw is None:
         raise ValueError(f"{path} is not an rl_guards rollout dump (no {METADATA_KEY.decode()!r} metadata)")
     return json.loads(raw)
+
+
+def trl_step(stored_step: int, schema_version: int | None) -> int:
+    """A dump's step in TRL's numbering: schema 1 and 2 stored the generation step, one less than TRL's."""
+    return int(stored_step) + (1 if (schema_version or 1) < STEP_SCHEMA else 0)
 
 
 def validate_metadata(meta: Any) -> dict[str, Any]:
@@ -191,13 +200,14 @@ def index_entry(meta: dict[str, Any], file_name: str) -> dict[str, Any]:
         "reason": meta["reason"],
         "checkpoint": meta.get("checkpoint"),
         "file": file_name,
-        "schema_version": meta.get("schema_version", SCHEMA_VERSION),
+        "schema_version": meta.get("schema_version") or 1,
     }
 
 
 def scan_dumps(folder: str | os.PathLike[str]) -> tuple[dict[int, dict[str, Any]], list[str]]:
-    """Index entries of every readable dump in ``folder`` keyed by step, and each unreadable file as
-    ``"<name> (<reason>)"`` (truncated, empty, not Parquet, crafted or broken metadata)."""
+    """Index entries of every readable dump in ``folder`` keyed by step (TRL's: older schemas migrated, see
+    :func:`trl_step`), and each unreadable file as ``"<name> (<reason>)"`` (truncated, empty, not Parquet, crafted or
+    broken metadata)."""
     entries: dict[int, dict[str, Any]] = {}
     bad: list[str] = []
     folder = Path(folder)
@@ -215,6 +225,12 @@ def scan_dumps(folder: str | os.PathLike[str]) -> tuple[dict[int, dict[str, Any]
         except Exception as exc:  # anything on disk can be damaged: name it, never stop on it
             bad.append(f"{path.name} ({type(exc).__name__}: {str(exc)[:160]})")
             continue
+        meta = {**meta, "step": trl_step(meta["step"], meta.get("schema_version"))}
+        if meta["step"] in entries:  # an old dump and a new one claim the same step: keep the newer format
+            if entries[meta["step"]]["schema_version"] >= (meta.get("schema_version") or 1):
+                bad.append(f"{path.name} (step {meta['step']} is also in {entries[meta['step']]['file']})")
+                continue
+            bad.append(f"{entries[meta['step']]['file']} (step {meta['step']} is also in {path.name})")
         entries[int(meta["step"])] = index_entry(meta, path.name)
     return entries, bad
 
@@ -371,8 +387,8 @@ class RolloutRecorder(Guard):
         if not self.ctx.is_main_process:
             return
         self._drain(report)
-        if not self._begun:
-            self._begin(batch.step, report)
+        if not self._begun:  # no on_train_begin: the run resumes at the step before this batch's
+            self._begin(max(batch.step - 1, 0), report)
         self._buffer(batch)
 
     def after_batch(self, batch: RolloutBatch, report: Reporter) -> None:
@@ -424,7 +440,8 @@ class RolloutRecorder(Guard):
 
     # ----- resume -------------------------------------------------------------------------------------
     def _begin(self, step: int, report: Reporter) -> None:
-        """Move dumps of steps >= ``step`` aside, drop stale temp files, rebuild the index from the files."""
+        """Move dumps of steps > ``step`` aside (the run resumes at the checkpoint of ``step``, whose batch is trained),
+        drop stale temp files, rebuild the index from the files."""
         self._begun = True
         folder = self.folder
         if not folder.is_dir():
@@ -433,14 +450,15 @@ class RolloutRecorder(Guard):
             for path in folder.glob(".*.tmp-*"):
                 path.unlink()
             entries, bad = scan_dumps(folder)
-            stale = sorted(s for s in entries if s >= step)
+            stale = sorted(s for s in entries if s > step)
             if stale:
                 target = folder / SUPERSEDED_DIR / f"resumed_at_{step:06d}"
                 if target.exists():
                     target = target.with_name(f"{target.name}_{time.strftime('%Y%m%d-%H%M%S')}")
                 target.mkdir(parents=True, exist_ok=True)
                 for s in stale:
-                    os.replace(folder / entries.pop(s)["file"], target / step_file_name(s))
+                    name = entries.pop(s)["file"]  # its own name: a dump of an older schema keeps its numbering
+                    os.replace(folder / name, target / name)
                 report.note(
                     "superseded",
                     f"training starts at step {step}: moved the dumps of steps {stale} (an abandoned trajectory) "
@@ -457,8 +475,8 @@ class RolloutRecorder(Guard):
     def _retag_checkpoints(self, step: int, entries: dict[int, dict[str, Any]], report: Reporter) -> None:
         """Each complete checkpoint up to ``step`` gets its tagged dump (a kill could fall between the two).
 
-        The dump of ``checkpoint-k`` holds the last generation batch before the save: the latest dumped step
-        below ``k``, at most ``steps_per_generation`` steps back. An untagged dump there is tagged; when there is
+        The dump of ``checkpoint-k`` holds the last generation batch before the save: the latest dumped step up to
+        ``k``, less than ``steps_per_generation`` steps back. An untagged dump there is tagged; when there is
         none, an info finding says the checkpoint has no dump (its rollouts were never written).
         """
         spg = max(1, int(getattr(self.ctx.args, "steps_per_generation", None) or 1))
@@ -466,9 +484,9 @@ class RolloutRecorder(Guard):
         for checkpoint in _complete_checkpoints(self.ctx.output_dir):
             if checkpoint > step or checkpoint in tagged:
                 continue
-            below = [s for s in entries if s < checkpoint]
+            below = [s for s in entries if s <= checkpoint]
             latest = max(below) if below else None
-            if latest is None or latest < checkpoint - spg or entries[latest].get("checkpoint") is not None:
+            if latest is None or latest <= checkpoint - spg or entries[latest].get("checkpoint") is not None:
                 report.info(
                     "checkpoint_without_dump",
                     f"checkpoint-{checkpoint} has no rollout dump (the run stopped before it was written); the "

@@ -1,7 +1,10 @@
-"""One self-contained HTML page per run: reward, dead-group and truncation curves per task, and sampled rollouts
-at each checkpoint side by side per prompt, so a person sees behaviour change while the reward goes up.
+"""One self-contained HTML page per run: what the guards found (and what stopped the run) first, the behaviour drift
+on the probe prompts, reward, dead-group and truncation curves per task (one colour per task on every chart), and
+sampled rollouts at each checkpoint side by side per prompt, so a person sees behaviour change while the reward goes
+up.
 
-Sources: the rollout dumps (:class:`~rl_guards.rollouts.reader.RolloutStore`) and the newest
+Sources: ``findings.jsonl`` next to the dumps (:mod:`rl_guards.rollouts.findings`), the drift records, the rollout
+dumps (:class:`~rl_guards.rollouts.reader.RolloutStore`) and the newest
 ``trainer_state.json`` under the run folder (its ``log_history`` keys ``rl_guards_task/<task>/reward_mean``,
 ``.../dead_group_share`` (the dead-groups guard), ``.../truncated_rate`` and TRL's ``reward``, when present).
 Inline CSS and SVG only: no script, no network; every text from the run is HTML-escaped.
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_guards.core.metric_keys import parse_task_metric_key
+from rl_guards.rollouts.findings import FindingsLog, find_findings_file, load_findings
 from rl_guards.rollouts.reader import RolloutStore, has_anomaly
 from rl_guards.rollouts.render import flags, fmt_number, tail, visible_whitespace
 
@@ -53,6 +57,7 @@ class RunData:
     skipped: dict[str, int] = field(default_factory=dict)  # chart metric -> non-finite values left out of it
     unreadable: list[str] = field(default_factory=list)  # files (and why) that could not be read
     drift: list[dict[str, Any]] = field(default_factory=list)  # the drift guard's probe records, by step
+    findings: FindingsLog = field(default_factory=FindingsLog)  # findings.jsonl: per kind, and the stop
 
 
 def find_trainer_state(run_dir: str | os.PathLike[str]) -> Path | None:
@@ -140,6 +145,12 @@ def _chartable(value: float) -> bool:
 def collect(run_dir: str | os.PathLike[str]) -> RunData:
     """Read everything the report needs; a file that cannot be read is named on the page, never a crash."""
     data = RunData(run_dir=Path(run_dir))
+    try:
+        data.findings = load_findings(find_findings_file(run_dir))
+    except OSError as exc:  # an unreadable file: named on the page
+        data.unreadable.append(f"findings.jsonl ({type(exc).__name__}: {str(exc)[:160]})")
+    if data.findings.bad_lines:
+        data.unreadable.append(f"{data.findings.path} ({data.findings.bad_lines} unreadable line(s) skipped)")
     data.trainer_state = find_trainer_state(run_dir)
     if data.trainer_state is not None:
         try:
@@ -176,8 +187,9 @@ def collect(run_dir: str | os.PathLike[str]) -> RunData:
     shown = [e for e in readable if e.get("checkpoint") is not None] or readable
     for entry in _spread(shown, MAX_COLUMNS):
         title = f"step {entry['step']}"
-        if entry.get("checkpoint") is not None:
-            title = f"checkpoint-{entry['checkpoint']} (step {entry['step']})"
+        if entry.get("checkpoint") is not None:  # one numbering (TRL's): checkpoint-k holds step k's batch
+            same = entry["checkpoint"] == entry["step"]
+            title = f"checkpoint-{entry['checkpoint']}" + ("" if same else f" (step {entry['step']})")
         try:
             data.columns.append((title, store.load(entry["step"])))
         except Exception as exc:
@@ -210,9 +222,23 @@ def _nice_ticks(lo: float, hi: float, count: int = 5, *, integer: bool = False) 
     return ticks
 
 
-def svg_line_chart(series: Series, title: str, width: int = 520, height: int = 260, *, share: bool = False) -> str:
+def task_colours(names: Any) -> dict[str, str]:
+    """One colour per series name (task), the same on every chart of the page: names sorted, palette in turn."""
+    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(sorted(set(names)))}
+
+
+def svg_line_chart(
+    series: Series,
+    title: str,
+    width: int = 520,
+    height: int = 260,
+    *,
+    share: bool = False,
+    colours: dict[str, str] | None = None,
+) -> str:
     """An inline SVG line chart (one polyline and marker set per series, legend on the right). ``share``: the
-    values are fractions, so the y axis starts at 0."""
+    values are fractions, so the y axis starts at 0. ``colours``: series name -> colour, shared by the page's
+    charts (default: :func:`task_colours` of this chart's series)."""
     esc = html.escape
     series = {name: [p for p in values if _chartable(p[0]) and _chartable(p[1])] for name, values in series.items()}
     points = [p for values in series.values() for p in values]
@@ -257,8 +283,9 @@ def svg_line_chart(series: Series, title: str, width: int = 520, height: int = 2
         f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#888"/>'
         f'<text x="{left + plot_w / 2}" y="{height - 4}" text-anchor="middle" class="tk">step</text>'
     )
+    colours = colours or task_colours(series)
     for i, (name, values) in enumerate(sorted(series.items())):
-        color = PALETTE[i % len(PALETTE)]
+        color = colours.get(name, PALETTE[i % len(PALETTE)])
         values = sorted(values)
         coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in values)
         if len(values) > 1:
@@ -287,6 +314,9 @@ pre{white-space:pre-wrap;word-break:break-word;font-size:12px;margin:4px 0;font-
 .tok{color:#a0008f;background:#fbe9f8;border-radius:3px} .hdr{font-size:12px;color:#333;margin-top:6px}
 .bad{color:#b00020;font-weight:600} .empty{color:#888;font-style:italic;padding:8px}
 .cut{color:#888;font-size:11px} .info{color:#666}
+.stop{background:#fde7ea;border:2px solid #b00020;border-radius:4px;padding:10px 14px;margin:12px 0}
+.stop h2{border:none;margin:0 0 6px;color:#b00020} .sev-error{background:#f8c9cf} .sev-warning{background:#ffe8a8}
+.sev-info{background:#e3ecf7} .findings td.msg{max-width:760px}
 """
 
 
@@ -385,20 +415,33 @@ CHARTS = (
 )
 
 
+def page_colours(data: RunData) -> dict[str, str]:
+    """Series name (task) -> colour, one for every chart of the page."""
+    curves = [*data.log_curves.values(), *data.dump_curves.values()]
+    return task_colours(name for series in curves for name in series)
+
+
 def render_html(data: RunData) -> str:
     """The whole page."""
     esc = html.escape
+    colours = page_colours(data)
     charts_log = "".join(
-        svg_line_chart(data.log_curves[m], f"{title} — training log", share=m != "reward_mean")
+        svg_line_chart(data.log_curves[m], f"{title} — training log", share=m != "reward_mean", colours=colours)
         for m, title in CHARTS
         if data.log_curves.get(m)
     )
     charts_dump = "".join(
-        svg_line_chart(data.dump_curves[m], f"{title} — dumps", share=m != "reward_mean")
+        svg_line_chart(data.dump_curves[m], f"{title} — dumps", share=m != "reward_mean", colours=colours)
         for m, title in CHARTS
         if data.dump_curves.get(m)
     )
-    state = esc(str(data.trainer_state)) if data.trainer_state else "none found"
+    stop = data.findings.stop
+    if data.trainer_state:
+        state = esc(str(data.trainer_state))
+    elif stop is not None:
+        state = f"none (the run stopped at step {esc(str(stop['step']))}, before its first checkpoint)"
+    else:
+        state = "none found"
     notes = "".join(
         f'<div class="meta">{esc(title)}: {n} non-finite value(s) (inf) left out of the chart</div>'
         for m, title in CHARTS
@@ -410,6 +453,8 @@ def render_html(data: RunData) -> str:
         f"<title>rl_guards report — {esc(data.run_dir.name)}</title><style>{CSS}</style></head><body>"
         f"<h1>rl_guards report: {esc(str(data.run_dir))}</h1>"
         f'<div class="meta">trainer state: {state} · {len(data.index)} rollout dumps</div>{notes}'
+        f"{_findings_section(data.findings)}"
+        f"{_drift_section(data.drift)}"
         "<h2>Curves from the training log</h2>"
         f'<div class="charts">{charts_log or "<div class=empty>no rl_guards or reward keys in log_history</div>"}</div>'
         "<h2>Curves from the rollout dumps</h2>"
@@ -419,9 +464,47 @@ def render_html(data: RunData) -> str:
         "visible: ↵ line break, ⇥ tab, · leading/trailing space; special tokens highlighted.</div>"
         f"{_side_by_side(data.columns)}"
         f"<h2>Dumps</h2>{_index_table(data.index)}"
-        f"{_drift_section(data.drift)}"
         "</body></html>"
     )
+
+
+FINDING_CHARS = 1200  # message characters shown per finding (the file keeps all)
+
+
+def _findings_section(log: FindingsLog) -> str:
+    """The stop reason (when a guard stopped the run), then one row per finding kind, most severe first."""
+    esc = html.escape
+    parts = []
+    if log.stop is not None:
+        stop = log.stop
+        parts.append(
+            f'<div class="stop" id="stop"><h2>Stopped by {esc(stop["guard"])}/{esc(stop["kind"])} at step '
+            f"{esc(str(stop['step']))}</h2>{_pre(stop['message'][:FINDING_CHARS])}</div>"
+        )
+    parts.append('<h2 id="findings">Findings</h2>')
+    if log.path is None:
+        parts.append('<div class="empty">no findings (no findings.jsonl next to the dumps: the guards found nothing, '
+                     "or the run was written by an rl_guards that did not record findings)</div>")  # fmt: skip
+        return "".join(parts)
+    if not log.findings:
+        parts.append('<div class="empty">no findings</div>')
+        return "".join(parts)
+    head = "".join(f"<th>{name}</th>" for name in ("severity", "guard/kind", "first step", "count", "message"))
+    rows = []
+    stopped_by = (log.stop["guard"], log.stop["kind"]) if log.stop is not None else None
+    for f in log.findings:
+        message = f["message"] or "(message not recorded)"
+        if (f["guard"], f["kind"]) == stopped_by:  # its whole message is in the stop box above
+            message = message.strip().splitlines()[0] + " (the full message is in the stop box above)"
+        cut = len(message) > FINDING_CHARS
+        more = f'<div class="cut">… {len(message) - FINDING_CHARS} more characters in findings.jsonl</div>'
+        rows.append(
+            f'<tr class="sev-{esc(f["severity"])}"><td>{esc(f["severity"])}</td><td>{esc(f["guard"])}/'
+            f"{esc(f['kind'])}</td><td>{esc(fmt_value(f['first_step']))}</td><td>{esc(fmt_value(f['count']))}</td>"
+            f'<td class="msg">{_pre(message[:FINDING_CHARS])}{more if cut else ""}</td></tr>'
+        )
+    parts.append(f'<table class="findings"><tr>{head}</tr>{"".join(rows)}</table>')
+    return "".join(parts)
 
 
 def _drift_section(records: list[dict[str, Any]]) -> str:

@@ -38,6 +38,7 @@ import json
 import logging
 import math
 import warnings
+from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
@@ -59,6 +60,7 @@ from rl_guards.rewards.callables import is_async_reward, trl_awaits_async_object
 from rl_guards.rewards.row_errors import CatchRowErrors, RowErrorLog, catch_row_errors
 from rl_guards.rewards.slicing import drain_watched
 from rl_guards.trl import collectives
+from rl_guards.trl.findings_file import FindingsFile
 from rl_guards.trl.log_routing import SignalRouter
 from rl_guards.trl.start_checks import run_begin
 
@@ -185,6 +187,8 @@ class GuardRun(TrainerCallback):
         self.router = SignalRouter(trainer, self.session, self.ctx.is_main_process)
         self.router.before_tracker_end = self._end_training  # a tracker's run finishing: the train-end work first
         self._ended = False
+        # findings on disk next to the dumps as they happen (main process; the file only once something is found)
+        self.findings_file = FindingsFile(self.session, self._rollouts_folder) if self.ctx.is_main_process else None
         self.task_labels.seed(counts)
         self._task_registry.update({task_hash(name): name for name in counts})
         for guard in self.guards:
@@ -446,7 +450,9 @@ class GuardRun(TrainerCallback):
                 logger.warning("rl_guards: rollout batch lacks %s; batch guards skipped (TRL drift).", missing)
             self.session.counts[key] += 1
             return
-        step = int(self.trainer.state.global_step)
+        # TRL's numbering: a train batch belongs to the step it is trained in (global_step + 1 once the optimizer
+        # steps), as TRL's completions table and W&B show it; an eval batch to the step it evaluates.
+        step = int(self.trainer.state.global_step) + (1 if self._mode() == "train" else 0)
         self._run_guards("check_tensors", step, output)  # the mask check stages per-row bits on the device
         batch = self._gather_batch(output, pending, step)
         if batch is None:  # some rank could not build its rows: skipped on every rank, no hang
@@ -454,7 +460,7 @@ class GuardRun(TrainerCallback):
             stop, _ = self._decide(held, step, need_text=False)
             if stop is not None:
                 self._flush_metrics()
-                self._log_now()
+                self._log_now(step)
                 raise self._share_stop(held, stop)
             self._flush_metrics()
             return
@@ -476,7 +482,7 @@ class GuardRun(TrainerCallback):
             self._on_stop(batch, step)
         self._flush_metrics()
         if stop is not None:
-            self._log_now()
+            self._log_now(step)
             raise stop
 
     def _run_guards(self, hook: str, step: int, *args: Any) -> GuardError | None:
@@ -837,6 +843,8 @@ class GuardRun(TrainerCallback):
         self._file_state(state)
         self.router.write_config(self.config.to_dict())
         step = int(state.global_step)
+        if self.findings_file is not None:
+            self.findings_file.begin(step)
         stop = self._settled(run_begin(self.guards, self.session, step), step)
         self._share_template_verdict()
         # The model is not yet in train mode here; these metrics belong to the first training log.
@@ -878,6 +886,8 @@ class GuardRun(TrainerCallback):
             return
         self._ended = True
         self._dispatch("on_train_end", int(state.global_step))
+        if self.findings_file is not None:
+            self.findings_file.snapshot()
         if self.ctx.is_main_process:
             from rl_guards.trl import wandb_io
             from rl_guards.trl.log_routing import finding_summary
@@ -923,16 +933,30 @@ class GuardRun(TrainerCallback):
         guard, text = first
         return GuardError(f"{text}\n(stopped on another rank; this rank stops with it)", guard=guard, step=agreed.step)
 
-    def _log_now(self) -> None:
-        """A stop: log the metrics of the failing batch now (the trainer will not log them), to W&B and the history."""
+    def _log_now(self, step: int | None = None) -> None:
+        """A stop: log the metrics of the failing batch now (the trainer will not log them), to W&B and the history,
+        at the batch's own ``step`` (TRL's: the step it was to be trained in), not at the previous step's x."""
+        state = self.trainer.state
+        before = state.global_step
         try:
+            if step is not None:
+                state.global_step = max(int(before), int(step))  # HF logs (and W&B charts) at state.global_step
             self.trainer.log({})
         except Exception as exc:  # the stop matters more than its metrics
             logger.warning("rl_guards: could not log the failing batch's metrics: %s", exc)
+        finally:
+            state.global_step = before
         if self.ctx.is_main_process:  # no train end follows: trackio's summary table now
             from rl_guards.trl import wandb_io
 
             wandb_io.flush_trackio()
+
+    def _rollouts_folder(self) -> Path:
+        """The rollouts guard's folder (where ``findings.jsonl`` goes too), or its default when it is off."""
+        from rl_guards.rollouts.recorder import RolloutRecorder, default_rollouts_dir
+
+        recorder = next((g for g in self.guards if isinstance(g, RolloutRecorder)), None)
+        return recorder.folder if recorder is not None else default_rollouts_dir(self.ctx.output_dir)
 
     @staticmethod
     def _checkpoint_dir(args: Any, state: Any) -> str:
