@@ -29,7 +29,7 @@ def test_two_cases_caught_without_false_alarms(tiny: Any, bench: Any) -> None:
     dead, preflight = by["dead_task"], by["eval_template_differs"]
 
     assert dead["caught"] and dead["caught_by"][0] == "dead_groups/dead_task (warning)", dead
-    assert dead["caught_step"] == 2 and dead["planted"]["steps"] == 3  # warn_after_steps=3: the third batch
+    assert dead["caught_step"] == 3 and dead["planted"]["steps"] == 3  # warn_after_steps=3: the third batch, step 3
     assert preflight["caught"] and preflight["caught_by"][0].startswith("preflight/eval_external_template_mismatch")
     for row in rows:
         assert row["false_alarm_count"] == 0, row["clean"]
