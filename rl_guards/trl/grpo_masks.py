@@ -259,10 +259,10 @@ def grpo_mask_row_kinds(
     """Per row, a bitmask of the rules it breaks (bit ``k`` = ``GRPO_KINDS[k]``): the same verdict as
     :func:`grpo_mask_flags`, computed for the hot path (every batch) without per-position results.
 
-    On the batch's device, no host transfer, about 80 torch calls whatever the batch size: a handful of full-width
-    passes in bool (EOS lookup, first EOS, last real token, loss inside vs outside the content), every rule kept as
-    a ``[B, 1]`` column, every prompt-tail length compared at once, and only the first ``HEAD_WINDOW`` columns for
-    the prompt-leak rule. Batches with a ``tool_mask`` (rare) take the detailed path.
+    On the batch's device, no host transfer, about 110 torch calls whatever the batch size (was 290): a handful of
+    full-width passes in bool (EOS lookup, first EOS, last real token, loss inside vs outside the content), every
+    rule kept as a ``[B, 1]`` column, every prompt-tail length compared at once, and only the first ``HEAD_WINDOW``
+    columns for the prompt-leak rule. Batches with a ``tool_mask`` (rare) take the detailed path.
     """
     if output.get("tool_mask") is not None or output["completion_ids"].size(1) == 0:
         flags = grpo_mask_flags(
