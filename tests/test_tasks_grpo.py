@@ -12,7 +12,7 @@ import yaml
 
 import rl_guards
 from rl_guards.config import GuardsConfig
-from rl_guards.errors import DeadGradientError, RoutingError
+from rl_guards.errors import DeadGradientError, RoutingError, TruncationError
 from rl_guards.guards.dead_groups import DeadGroupGuard
 from rl_guards.guards.reward_sanity import RewardSanityGuard
 from rl_guards.guards.routing import RoutingGuard
@@ -169,3 +169,27 @@ def test_probe_lengths_measures_completions_that_end(tiny: TinySetup, tmp_path: 
     assert len(probe.lengths) == 8 and not any(probe.hit_cap)
     assert probe.summary.max == max(probe.lengths) < 48 and not probe.summary.lower_bound
     assert probe.summary.recommended >= probe.summary.p99 * 1.25
+
+
+@pytest.mark.slow
+def test_planted_completion_slice_is_caught_on_a_real_run(make_grpo_trainer: Any) -> None:
+    """Issue 25: the length bounds that spare decoding whole rows still let a ``completion[:N]`` cut through to the
+    check. The cut sits between the model and the reward functions (wrapped after install, as user code would)."""
+    config = GuardsConfig.from_dict({"slicing": {"mode": "raise"}})
+    trainer = make_grpo_trainer(reward_funcs=[length_penalty], dataset=MIXED, max_steps=2)
+    run = rl_guards.install(trainer, config, guards=[SlicingGuard])
+    assert run.guard("slicing")._bounds is not None
+    scored = trainer._calculate_rewards
+
+    def cut(c: Any) -> Any:
+        if isinstance(c, str):
+            return c[:3]
+        return [{**m, "content": m["content"][:3]} if m.get("role") == "assistant" else m for m in c]
+
+    def sliced(inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> Any:
+        return scored(inputs, prompts, [cut(c) for c in completions], completion_ids_list)
+
+    trainer._calculate_rewards = sliced
+    with pytest.raises(TruncationError, match="cut short"):
+        trainer.train()
+    assert trainer.state.global_step == 0

@@ -470,6 +470,42 @@ def test_slicing_decodes_only_the_longest_rows_and_still_finds_the_cut() -> None
     assert "row 5" in session.findings[0].message
 
 
+def test_slicing_clears_whole_rows_from_token_lengths_and_decodes_only_the_rest() -> None:
+    """Issue 25: with the tokenizer's per-token length bounds, a row whose text is as long as its tokens can decode
+    to is not decoded; a cut row still is."""
+    from rl_guards.testing import build_tokenizer
+
+    tok = build_tokenizer(2048, "qwen3")
+    texts = [f"The answer to question {i} is {i * 7}, because {i} times 7 is {i * 7}." for i in range(8)]
+    ids = [tok(t, add_special_tokens=False)["input_ids"] + [tok.convert_tokens_to_ids("<|im_end|>")] for t in texts]
+    completions = list(texts)
+    completions[2] = texts[2][:20]  # the planted cut: completion[:20]
+    batch = RolloutBatch(
+        step=0, mode="train", num_generations=4, reward_names=["r"], reward_weights=[1.0],
+        rewards=[[0.0]] * 8, advantages=[0.0] * 8, tasks=["t"] * 8, completions=completions,
+        completion_ids=ids, prompt_ids=[[1]] * 8, truncated=[False] * 8, thinking=[None] * 8,
+    )  # fmt: skip
+    decoded: list[int] = []
+
+    def decode_text(row: list[int]) -> str:
+        decoded.append(len(row))
+        return tok.decode(row, skip_special_tokens=True)
+
+    guard = SlicingGuard(GuardsConfig.from_dict({"slicing": {"mode": "log"}}))
+    guard.setup(RunContext(tokenizer=tok, decode_text=decode_text))
+    decoded.clear()  # setup checked its bounds against the decoder on sample sequences
+    session = GuardSession()
+    guard.on_batch(batch, session.reporter("slicing", guard.config, 0))
+    assert session.counts[("slicing", "completion_cut")] == 1
+    assert "row 2" in session.findings[0].message and "kept 20 of" in session.findings[0].message
+    assert decoded == [len(ids[2])]  # only the cut row was decoded
+
+    # A decoder the tokenizer's lengths do not bound (here: one token per word) gets no bounds: every row decoded.
+    other = SlicingGuard(GuardsConfig.from_dict({"slicing": {"mode": "log"}}))
+    other.setup(RunContext(tokenizer=tok, decode_text=lambda row: " ".join(f"token{i}" for i in row)))
+    assert other._bounds is None
+
+
 def test_every_finding_shows_its_severity_and_notes_stand_apart() -> None:
     """Issue 20 #2: the end-of-run table has a severity column, most severe first; a note is not a finding."""
     session = GuardSession()

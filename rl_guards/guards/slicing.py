@@ -37,7 +37,9 @@ class SlicingGuard(Guard):
     Checks, per batch:
 
     - ``completion_cut``: a completion reached the reward functions shorter than its decoded tokens (needs
-      the run context's ``decode_text``, or a tokenizer); the ``slicing.decode_rows`` longest rows are checked;
+      the run context's ``decode_text``, or a tokenizer); the ``slicing.decode_rows`` longest rows are checked,
+      and of those only the rows whose text is shorter than the most their tokens can decode to are decoded
+      (per-token length bounds, built once from the tokenizer: :func:`token_length_bounds`);
     - ``judge_input_cut``: a text recorded by :func:`rl_guards.rewards.slicing.watch_inputs` holds a
       completion cut short;
     - ``length_cap``: at least ``slicing.min_repeats`` distinct texts of one place (completions, prompt
@@ -67,6 +69,18 @@ class SlicingGuard(Guard):
         self._cuts: dict[int, CutText] = {}  # held row -> its cut (from the last scan)
         self._caps: list[LengthCap] = []
         self._cut_inputs: list[CutText] = []
+        self._bounds: np.ndarray | None = None  # token id -> most characters it adds to a decoded text
+
+    def setup(self, ctx: Any) -> None:
+        super().setup(ctx)
+        tokenizer = ctx.tokenizer
+        self._bounds = None
+        decode = self._decoder()
+        if tokenizer is not None and decode is not None and hasattr(tokenizer, "batch_decode"):
+            try:  # most rows can then be cleared without decoding them
+                self._bounds = token_length_bounds(tokenizer, decode)
+            except Exception:  # unusual tokenizers: decode every row checked
+                self._bounds = None
 
     def _decoder(self) -> Any:
         if self.ctx.decode_text is not None:
@@ -86,6 +100,10 @@ class SlicingGuard(Guard):
         self._cuts = {}
         if decode is not None:
             rows = self._rows_to_decode(batch, held)
+            if self._bounds is not None:  # a text as long as its tokens' longest decoding was not cut
+                ids = batch.completion_ids
+                rows = [i for i in rows if len(batch.completions[i]) < _length_bound(self._bounds, ids[i])]
+            # One by one: transformers 5's batch_decode loops over decode itself, with more overhead per row.
             decoded = [decode(batch.completion_ids[i]) for i in rows]
             for cut in find_cut_completions([batch.completions[i] for i in rows], decoded):
                 self._cuts[rows[cut.row]] = dataclasses.replace(cut, row=rows[cut.row])
@@ -186,6 +204,42 @@ class SlicingGuard(Guard):
             "raise slicing.min_repeats or slicing.min_length."
         )
         return "\n".join(lines)
+
+
+def token_length_bounds(tokenizer: Any, decode: Any) -> np.ndarray | None:
+    """Per token id, how many characters it adds to ``tokenizer.decode(ids, skip_special_tokens=True)``, measured
+    after an anchor token (SentencePiece drops a leading space only at the start, WordPiece joins with spaces), so
+    that a row's decoded text is at most the sum over its tokens (a character split over byte tokens counts once per
+    token). One batched decode of the vocabulary (once per run); None when ``decode`` (the decoder the guard uses)
+    breaks the bound on sample sequences."""
+    anchor = tokenizer("a", add_special_tokens=False)["input_ids"]
+    if len(anchor) != 1:
+        return None
+    pairs = [[anchor[0], i] for i in range(len(tokenizer))]
+    backend = getattr(tokenizer, "_tokenizer", None)  # the Rust tokenizer: 10x faster on a 151k vocabulary
+    if hasattr(backend, "decode_batch"):  # it skips transformers' space clean-up, which only shortens texts
+        base, texts = len(backend.decode(anchor, skip_special_tokens=True)), backend.decode_batch(pairs, True)
+    else:
+        base = len(tokenizer.decode(anchor, skip_special_tokens=True))
+        texts = tokenizer.batch_decode(pairs, skip_special_tokens=True)
+    bounds = np.fromiter((len(t) - base for t in texts), dtype=np.int64, count=len(texts)).clip(min=0)
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 5, 8, 16, 32, 64):  # the bound must hold on sequences, not only next to the anchor
+        for _ in range(8):
+            ids = rng.integers(0, len(bounds), n).tolist()
+            if len(decode(ids)) > bounds[ids].sum():
+                return None
+    return bounds
+
+
+def _length_bound(bounds: np.ndarray, ids: list[int]) -> float:
+    """Most characters ``ids`` can decode to (infinite when an id is outside the vocabulary)."""
+    if not ids:
+        return 0
+    arr = np.asarray(ids, dtype=np.int64)
+    if arr.min() < 0 or arr.max() >= len(bounds):
+        return float("inf")
+    return int(bounds[arr].sum())
 
 
 _CUT_FIX = (

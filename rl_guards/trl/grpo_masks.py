@@ -226,9 +226,11 @@ def grpo_mask_flags(
         bad[M.TOOL_MASK] = torch.zeros_like(in_content)
 
     # Prompt leak: the completion's head repeats the prompt's tail or head (certain, or suspected).
-    leak_len, overlap_len = _leak_lengths(ids, pids, pm, markup_ids, eos)
-    bad[M.PROMPT_LEAK] = pos < leak_len.unsqueeze(1)
-    bad[M.PROMPT_OVERLAP] = pos < overlap_len.unsqueeze(1)
+    n_prompt = (pm != 0).sum(dim=1, keepdim=True)
+    any_eos, first_eos = is_eos.max(dim=1, keepdim=True)
+    length, leak, overlap = _leak_verdicts(ids, pids, n_prompt, pids.size(1) - n_prompt, any_eos, first_eos, markup_ids)
+    bad[M.PROMPT_LEAK] = pos < length * leak
+    bad[M.PROMPT_OVERLAP] = pos < length * overlap
 
     # Prompt mask: a left-padded 0...01...1 block equal to prompt_ids != pad.
     lead = torch.cumprod((pids == pad).int(), dim=1).bool()
@@ -257,9 +259,10 @@ def grpo_mask_row_kinds(
     """Per row, a bitmask of the rules it breaks (bit ``k`` = ``GRPO_KINDS[k]``): the same verdict as
     :func:`grpo_mask_flags`, computed for the hot path (every batch) without per-position results.
 
-    On the batch's device, no host transfer: a handful of full-width passes in bool (EOS lookup, first EOS, last
-    real token, loss inside vs outside the content), per-row counts for the loss rules, and only the first
-    ``LEAK_WINDOW`` columns for the prompt-leak rule. Batches with a ``tool_mask`` (rare) take the detailed path.
+    On the batch's device, no host transfer, about 110 torch calls whatever the batch size (was 290): a handful of
+    full-width passes in bool (EOS lookup, first EOS, last real token, loss inside vs outside the content), every
+    rule kept as a ``[B, 1]`` column, every prompt-tail length compared at once, and only the first ``HEAD_WINDOW``
+    columns for the prompt-leak rule. Batches with a ``tool_mask`` (rare) take the detailed path.
     """
     if output.get("tool_mask") is not None or output["completion_ids"].size(1) == 0:
         flags = grpo_mask_flags(
@@ -284,123 +287,172 @@ def grpo_mask_row_kinds(
     device = ids.device
     b, c = ids.shape
     pad = -1 if pad_token_id is None else int(pad_token_id)
-    eos_set = sorted({int(e) for e in eos_token_ids}) or [-1]
-    is_eos = ids == eos_set[0]
+    eos_set = tuple(sorted({int(e) for e in eos_token_ids})) or (-1,)
+    is_eos = ids == eos_set[0]  # (a few == beat isin on a short list)
     for e in eos_set[1:]:
         is_eos |= ids == e
-    has_term, first = is_eos.to(torch.uint8).max(dim=1)  # one pass: any EOS, and the first one
-    has_term = has_term.bool()
-    first = torch.where(has_term, first, torch.full_like(first, c))
-    at = first.clamp(max=c - 1).unsqueeze(1)
+    has_term, first = is_eos.max(dim=1, keepdim=True)  # one pass: any EOS, and the first one ([B, 1] columns)
     positive = cm != 0
-    ambiguous = has_term & (ids.gather(1, at).squeeze(1) == pad) & ~positive.gather(1, at).squeeze(1)
-    ambiguous &= pad in eos_set
-    has_eos = has_term & ~ambiguous
     real = ids != pad
-    any_real, last_from_end = real.flip(1).to(torch.uint8).max(dim=1)
-    last_real = torch.where(any_real.bool(), (c - 1) - last_from_end, torch.full_like(last_from_end, -1))
-    content_end = torch.where(has_eos, first, torch.where(ambiguous, first - 1, last_real))
-    in_content = torch.arange(c, device=device) <= content_end.unsqueeze(1)
-    masked_truncated = ~has_eos & mask_truncated
-    beyond = (positive > in_content).any(dim=1)  # bool ">": loss outside the content
-    if cm.dtype == torch.bool:
-        bad_values = torch.zeros(b, dtype=torch.bool, device=device)
+    any_real, last_from_end = real.flip(1).max(dim=1, keepdim=True)
+    last_p1 = torch.where(any_real, c - last_from_end, 0)  # one past the last real token (0: none)
+    if pad in eos_set:  # a first "EOS" that is the pad and carries no loss is padding: the content ends before it
+        loud = (real | positive).gather(1, first)
+        has_eos = has_term & loud
+        ends = torch.where(has_term, first + loud, last_p1)
     else:
-        low, high = torch.aminmax(cm, dim=1)
+        has_eos = has_term
+        ends = torch.where(has_term, first + 1, last_p1)
+    in_content = _arange(c, device) < ends  # ends: one past the content's last position
+    beyond = (positive > in_content).any(dim=1, keepdim=True)  # bool ">": loss outside the content
+    missing = (in_content > positive).any(dim=1, keepdim=True)  # content without loss
+    no_eos = ~has_eos
+    zero = torch.zeros_like(has_term)
+    truncated = zero
+    if mask_truncated:  # rows without EOS must carry no loss at all; the others are checked as usual
+        truncated = no_eos & (positive & in_content).any(dim=1, keepdim=True)
+        missing = has_eos & missing
+    if cm.dtype == torch.bool:
+        bad_values = zero
+    else:
+        low, high = torch.aminmax(cm, dim=1, keepdim=True)
         bad_values = (low < 0) | (high > 1)
-    kinds: dict[str, torch.Tensor] = {
+    if pids.size(1) == 0 or b == 0:
+        prompt_bad = leak = overlap = zero
+    else:
+        n_prompt, start, prompt_bad = _prompt_block(pids, pm, pad)
+        _, leak, overlap = _leak_verdicts(ids, pids, n_prompt, start, has_term, first, markup_ids)
+    columns = {
         M.MASK_VALUES: bad_values,
         M.POST_EOS: beyond & has_eos,
-        M.PADDING: beyond & ~has_eos,
-        M.TRUNCATED_UNMASKED: (
-            masked_truncated & (positive & in_content).any(dim=1) if mask_truncated else torch.zeros_like(beyond)
-        ),
-        M.MISSING_LOSS: ~masked_truncated & (in_content > positive).any(dim=1),  # content without loss
-        M.TOOL_MASK: torch.zeros(b, dtype=torch.bool, device=device),
-        M.PROMPT_MASK: _prompt_mask_rows(pids, pm, pad),
+        M.PADDING: beyond & no_eos,
+        M.TRUNCATED_UNMASKED: truncated,
+        M.MISSING_LOSS: missing,
+        M.TOOL_MASK: zero,
+        M.PROMPT_LEAK: leak,
+        M.PROMPT_MASK: prompt_bad,
+        M.PROMPT_OVERLAP: overlap,
     }
-    eos_t = torch.tensor(eos_set, dtype=ids.dtype, device=device)
-    leak_len, overlap_len = _leak_lengths(ids, pids, pm, markup_ids, eos_t)
-    kinds[M.PROMPT_LEAK] = leak_len > 0
-    kinds[M.PROMPT_OVERLAP] = overlap_len > 0
-    weights = 2 ** torch.arange(len(M.GRPO_KINDS), device=device, dtype=torch.long)
-    return (torch.stack([kinds[k] for k in M.GRPO_KINDS], dim=1).long() * weights).sum(dim=1)
+    flags = torch.cat([columns[k] for k in M.GRPO_KINDS], dim=1)
+    return (flags * _arange(len(M.GRPO_KINDS), device, weights=True)).sum(dim=1)
 
 
-def _leak_lengths(
-    ids: torch.Tensor, pids: torch.Tensor, pm: torch.Tensor, markup_ids: Sequence[int], eos: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row: the certain prompt-leak length (0: none) and the suspected-overlap length (0: none), on the device.
+_CONSTS: dict[tuple[Any, ...], Any] = {}  # small constant tensors, built once per shape and device
+
+
+def _const(key: tuple[Any, ...], build: Any) -> Any:
+    t = _CONSTS.get(key)
+    if t is None:
+        if len(_CONSTS) >= 256:
+            _CONSTS.clear()
+        t = _CONSTS[key] = build()
+    return t
+
+
+def _arange(n: int, device: torch.device, start: int = 0, *, weights: bool = False) -> torch.Tensor:
+    """``start, ..., start + n - 1`` (``weights``: ``1, 2, 4, ...``), cached: never written to."""
+    if weights:
+        return _const(("pow2", n, device), lambda: 2 ** torch.arange(n, device=device, dtype=torch.long))
+    return _const(("arange", n, start, device), lambda: torch.arange(start, start + n, device=device))
+
+
+def _id_tensor(ids: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return _const(("ids", ids, dtype, device), lambda: torch.tensor(ids, dtype=dtype, device=device))
+
+
+def _prompt_block(pids: torch.Tensor, pm: torch.Tensor, pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per row (``[B, 1]`` columns): the attended prompt length, where a left-padded block of it starts, and
+    whether ``prompt_mask`` is not a left-padded 0/1 block matching ``prompt_ids != pad``.
+
+    A valid mask equals ``position >= start`` (0/1 values, one block on the right) and starts at the first real
+    token, or one before it (attention on the last leading pad token is allowed).
+    """
+    p = pids.size(1)
+    n_prompt = (pm != 0).sum(dim=1, keepdim=True)
+    start = p - n_prompt
+    block = (pm == (_arange(p, pm.device) >= start)).all(dim=1, keepdim=True)
+    any_real, first_real = (pids != pad).max(dim=1, keepdim=True)
+    gap = torch.where(any_real, first_real, p) - start  # 0 or 1 when the block starts where it should
+    return n_prompt, start, ~block | ((gap >> 1) != 0)
+
+
+def _leak_verdicts(
+    ids: torch.Tensor,
+    pids: torch.Tensor,
+    n_prompt: torch.Tensor,
+    start: torch.Tensor,
+    has_eos: torch.Tensor,
+    first_eos: torch.Tensor,
+    markup_ids: Sequence[int],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per row (``[B, 1]`` columns): the overlap length with the prompt, a certain leak, a suspected overlap.
 
     The vectorised :func:`rl_guards.core.masks.prompt_leak_verdicts`: an overlap with the prompt's tail (2 to
     ``LEAK_WINDOW`` tokens) or head (``REPEAT_WINDOW`` tokens or the whole prompt, followed up to ``HEAD_WINDOW``) is
     certain when it holds an EOS followed by more overlapped tokens (generation stops at EOS); suspected when every
     row of a batch of ``UNIFORM_LEAK_MIN_ROWS`` overlaps with the same tokens (or its whole prompt), not only think
-    tags and whitespace. Reads only the first ``HEAD_WINDOW`` columns.
+    tags and whitespace. Reads only the first ``HEAD_WINDOW`` columns. ``n_prompt``, ``start``: attended prompt
+    length and ``P - n_prompt``; ``has_eos``, ``first_eos``: whether a row holds an EOS, and the first one.
     """
     b, c = ids.shape
     p = pids.size(1)
     device = ids.device
-    zeros = torch.zeros(b, dtype=torch.long, device=device)
+    zero = torch.zeros_like(has_eos)
     if b == 0 or p == 0 or c == 0:
-        return zeros, zeros
-    n_prompt = (pm != 0).sum(dim=1)
+        return torch.zeros_like(n_prompt), zero, zero
     window = min(M.LEAK_WINDOW, p, c)
-    tail = zeros.clone()
-    for k in range(2, window + 1):
-        match = (ids[:, :k] == pids[:, p - k :]).all(dim=1) & (n_prompt >= k)
-        tail = torch.where(match, torch.full_like(tail, k), tail)
-    h = min(M.HEAD_WINDOW, p, c)
-    cols = torch.arange(h, device=device)
-    idx = ((p - n_prompt).unsqueeze(1) + cols).clamp(max=p - 1)
-    eq = (ids[:, :h] == pids.gather(1, idx)) & (cols < n_prompt.unsqueeze(1))
-    head = torch.cumprod(eq.to(torch.long), dim=1).sum(dim=1)
-    counted = (head >= M.REPEAT_WINDOW) | ((head == n_prompt) & (head >= 2))
-    length = torch.maximum(tail, torch.where(counted, head, zeros))
-    w = max(window, h)
-    is_eos = torch.isin(ids[:, :w], eos)
-    inside = torch.arange(w, device=device) < (length - 1).unsqueeze(1)
-    certain = torch.where((length >= 2) & (is_eos & inside).any(dim=1), length, zeros)
-    if b < M.UNIFORM_LEAK_MIN_ROWS:
-        return certain, zeros
-    # Batch-level verdict without a host transfer: the first k = min(length) columns, as a column mask.
-    beyond_k = torch.arange(w, device=device) >= length.min()
+    w = min(M.HEAD_WINDOW, p, c)  # >= window
     head_ids = ids[:, :w]
-    same = ((head_ids == head_ids[:1]) | beyond_k).all()
-    whole = (length == n_prompt).all()
-    markup_set = sorted({int(t) for t in markup_ids}) or [-1]
-    markup_only = (torch.isin(head_ids, torch.tensor(markup_set, dtype=ids.dtype, device=device)) | beyond_k).all()
-    batch_overlaps = (length >= 2).all() & (same | whole) & ~markup_only
-    suspected = torch.where(batch_overlaps & (certain == 0), length, zeros)
-    return certain, suspected
+    # Head: the completion repeats the prompt from its first attended token on.
+    pos = _arange(w, device)
+    repeat = (head_ids == pids.gather(1, (start + pos).clamp(max=p - 1))).int().cumprod(dim=1)
+    head = torch.minimum(repeat.sum(dim=1, keepdim=True), n_prompt)
+    length = head * (head >= n_prompt.clamp(min=2, max=M.REPEAT_WINDOW))  # REPEAT_WINDOW tokens, or the whole prompt
+    if window >= 2:  # tail: the completion starts with the prompt's last k tokens, k = 2..window, all k at once
+        idx, other, k_weight = _tail_consts(p, window, device)
+        tails = pids.gather(1, idx.expand(b, -1)).view(b, window, window)  # [B, k, j]: P - k + j
+        match = ((tails == head_ids[:, None, :window]) | other).all(dim=2)  # [B, k]
+        tail = ((match & (n_prompt >= _arange(window, device, 1))) * k_weight).amax(dim=1, keepdim=True)
+        length = torch.maximum(tail, length)
+    leak = has_eos & (first_eos + 1 < length)  # an EOS with more overlapped tokens after it
+    if b < M.UNIFORM_LEAK_MIN_ROWS:
+        return length, leak, zero
+    # Batch-level verdict without a host transfer: the first k = min(length) columns, as a column mask.
+    k = length.min()
+    beyond_k = pos >= k
+    same_or_whole = ((head_ids == head_ids[:1]) | beyond_k).all() | (length == n_prompt).all()
+    overlaps = (k >= 2) & same_or_whole
+    if markup_ids:
+        markup = _id_tensor(tuple(sorted({int(t) for t in markup_ids})), ids.dtype, device)
+        overlaps = overlaps & ~(torch.isin(head_ids, markup) | beyond_k).all()
+    return length, leak, overlaps & ~leak
 
 
-def _prompt_mask_rows(pids: torch.Tensor, pm: torch.Tensor, pad: int) -> torch.Tensor:
-    """Rows whose ``prompt_mask`` is not a left-padded 0/1 block equal to ``prompt_ids != pad``."""
-    b, p = pids.shape
-    if p == 0:
-        return torch.zeros(b, dtype=torch.bool, device=pids.device)
-    on = pm != 0
-    real = pids != pad
-    if pm.dtype == torch.bool:
-        bad = torch.zeros(b, dtype=torch.bool, device=pids.device)
-    else:
-        low, high = torch.aminmax(pm, dim=1)
-        bad = (low < 0) | (high > 1)  # values other than 0 and 1
-    bad |= (on[:, :-1] > on[:, 1:]).any(dim=1)  # a 1 followed by a 0: not left padding
-    bad |= (real > on).any(dim=1)  # a real token hidden
-    # Attention inside the leading padding, before its last token: the first attended position comes earlier.
-    any_real, first_real = real.to(torch.uint8).max(dim=1)
-    lead_end = torch.where(any_real.bool(), first_real, torch.full_like(first_real, p))  # leading pad length
-    any_on, first_on = on.to(torch.uint8).max(dim=1)
-    bad |= any_on.bool() & (first_on < lead_end - 1)
-    return bad
+def _tail_consts(p: int, window: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For the prompt-tail comparison of all lengths k = 1..window at once: ``idx[k-1, j]`` the prompt column the
+    completion's column j meets (``P - k + j``, flat), ``other[k-1, j]`` the columns past k (ignored), and the weight of
+    each k (0 for k = 1: a single repeated token happens by chance)."""
+
+    def build() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        k = torch.arange(1, window + 1, device=device)
+        j = torch.arange(window, device=device)
+        idx = (p - k.unsqueeze(1) + j).clamp(max=p - 1)
+        return idx.view(1, -1), j >= k.unsqueeze(1), torch.where(k >= 2, k, 0)
+
+    return _const(("tail", p, window, device), build)
 
 
 def _row_bits(flags: GRPOMaskFlags) -> torch.Tensor:
     """Per row, a bitmask of the rules it breaks (bit ``k`` = ``GRPO_KINDS[k]``), on the batch's device."""
     weights = 2 ** torch.arange(flags.rows.size(1), device=flags.rows.device, dtype=torch.long)
     return (flags.rows.long() * weights).sum(dim=1)
+
+
+def _bit_counts(bits: torch.Tensor) -> torch.Tensor:
+    """From per-row rule bits: rows per kind (GRPO_KINDS order), rows breaking any rule, and the number of rows."""
+    k = len(M.GRPO_KINDS)
+    per_kind = (bits.unsqueeze(1) >> _arange(k, bits.device)) & 1
+    return torch.cat([per_kind, bits.clamp(max=1).unsqueeze(1), torch.ones_like(per_kind[:, :1])], dim=1).sum(dim=0)
 
 
 def _row_counts(flags: GRPOMaskFlags) -> torch.Tensor:
@@ -714,8 +766,7 @@ class GRPOMaskGuard(Guard):
         flags: GRPOMaskFlags | None = None
         failure: Exception | None = None
         try:
-            flags = self._flags(output)
-            local = torch.cat([_row_counts(flags), torch.tensor([flags.rows.size(0)], device=device)]).long()
+            local = _bit_counts(self._row_kinds(output))
         except Exception as exc:  # still join the collective below, or the other ranks would hang
             failure = exc
             local = torch.zeros(n_kinds + 2, dtype=torch.long, device=device)
@@ -729,8 +780,10 @@ class GRPOMaskGuard(Guard):
             return
         global_report = _report_from_counts(counts[: n_kinds + 1], int(counts[n_kinds + 1]), None)
         local_report = None
-        if flags is not None:
-            local_report = _report_from_counts(local[: n_kinds + 1].tolist(), flags.rows.size(0), flags)
+        local_counts = local.tolist()
+        if local_counts[n_kinds]:  # per-position detail only on a rank whose rows a message shows
+            flags = self._flags(output)
+            local_report = _report_from_counts(local_counts[: n_kinds + 1], flags.rows.size(0), flags)
         for kind in global_report.kinds:
             text = self._message(kind, global_report, local_report, flags, output)
             if kind in M.SUSPECTED_KINDS:
