@@ -309,6 +309,7 @@ class DriftConfig(GuardConfig):
     reward_window: int = 5  # train batches averaged for the start and the recent training reward
     length_ratio: float = 2.0  # behaviour thresholds: see rl_guards.core.behaviour.Thresholds
     thinking_length_ratio: float = 2.0
+    thinking_length_floor: float = 32.0  # characters the thinking must move by as well
     repetition_rise: float = 0.2
     distinct_drop: float = 0.3
     thinking_share_drop: float = 0.5
@@ -323,6 +324,7 @@ class DriftConfig(GuardConfig):
         _check_positive(prefix, "max_tasks", self.max_tasks)
         _check_positive(prefix, "reward_window", self.reward_window)
         _check_positive(prefix, "reward_margin", self.reward_margin, allow_zero=True)
+        _check_positive(prefix, "thinking_length_floor", self.thinking_length_floor, allow_zero=True)
         for name in ("length_ratio", "thinking_length_ratio"):
             if getattr(self, name) <= 1:
                 raise ConfigError(f"{prefix}.{name} must be > 1, got {getattr(self, name)!r}")

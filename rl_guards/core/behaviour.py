@@ -166,7 +166,8 @@ class Thresholds:
     """How far a statistic may move from the baseline before it counts as drift."""
 
     length_ratio: float = 2.0  # mean length x this (or / this)
-    thinking_length_ratio: float = 2.0  # mean thinking length (characters) x this (or / this)
+    thinking_length_ratio: float = 2.0  # mean thinking length (characters) x this (or / this),
+    thinking_length_floor: float = 32.0  # and by at least this many characters (a few words either way is noise)
     repetition_rise: float = 0.2  # absolute rise of the repeated 4-gram share
     distinct_drop: float = 0.3  # absolute drop of distinct-2 across a group
     thinking_share_drop: float = 0.5  # absolute drop of the share of completions with a think block
@@ -203,13 +204,13 @@ def compare(before: BehaviourStats, after: BehaviourStats, t: Thresholds) -> lis
         if a - b > limit:
             out.append(((a - b) / limit, Drift(stat, a, b, f"{label} by {b - a:+.2f}, threshold {limit:g}")))
 
-    def ratio(stat: str, limit: float) -> None:
+    def ratio(stat: str, limit: float, floor: float = 0.0) -> None:
         a, b = getattr(before, stat), getattr(after, stat)
-        if a > 0 and b > 0 and (b / a >= limit or b / a <= 1 / limit):
+        if a > 0 and b > 0 and (b / a >= limit or b / a <= 1 / limit) and abs(b - a) >= floor:
             out.append((max(b / a, a / b) / limit, Drift(stat, a, b, f"x{b / a:.2f}, threshold x{limit:g}")))
 
     ratio("length", t.length_ratio)
-    ratio("thinking_chars", t.thinking_length_ratio)
+    ratio("thinking_chars", t.thinking_length_ratio, t.thinking_length_floor)
     rise("repetition", t.repetition_rise, "repetition rose")
     drop("distinct_2", t.distinct_drop, "diversity across the group fell")
     drop("thinking_share", t.thinking_share_drop, "thinking collapsed")
