@@ -98,7 +98,8 @@ class RewardProbeGuard(Guard):
     the variants of the pairs it tells apart (:func:`~rl_guards.core.probes.second_pass`). A scheduled probe after
     the first keeps to ``LATER_ROWS`` rows of each task and, per function, the bare reference answer and the first
     answer form it told apart before (a function that told none apart gets the first pass only); the budget check
-    takes the last later probe's calls, or before one ran the calls it would have made on the first probe's rows.
+    takes the last later probe's calls, or before one ran the calls it would have made on the first probes' rows
+    (plus those of each new task's first probe since).
 
     Functions probed: every plain Python reward function except those in ``probes.skip`` (reward models never). The
     calls get no-op ``log_metric``/``log_extra``, so the run's metrics and completions table never see them; the
@@ -225,7 +226,7 @@ class RewardProbeGuard(Guard):
                 calls += made
                 self.tasks_probed.add(str(batch.tasks[row]))
             drain_watched()  # texts a watch_inputs judge saw during the probe are not the run's
-            if self._regular and not self._later:
+            if not self._later:
                 estimate = self._later_cost(batch, rows)
             self._cache = {}
             self._planned = {}
@@ -271,10 +272,14 @@ class RewardProbeGuard(Guard):
             self.first_calls += calls
         else:
             self.extra_calls += calls
+        # what the next (later) probe is expected to cost: the last later probe's calls, else the first probe's
+        # estimate, plus that of each new task's first probe (a later probe covers every task of its batch)
+        estimate = float(np.sum(feats["estimate"])) if len(feats["estimate"]) else 0.0
         if self._regular:
             self.last_step = batch.step
-            estimate = float(np.sum(feats["estimate"])) if len(feats["estimate"]) else 0.0
-            self.last_cost = calls if self._later else estimate  # what the next (later) probe is expected to cost
+            self.last_cost = calls if self._later else estimate
+        else:
+            self.last_cost += estimate
         self.probes_run += 1
         report.metric("probed_rows", float(sum(1 for v in feats["probed"] if v)))
         report.metric("extra_call_share", (self.extra_calls + self.first_calls) / max(self.run_calls, 1.0))
