@@ -97,7 +97,8 @@ class RewardProbeGuard(Guard):
     Cost: each function scores a cheap first pass (every pair's answers alone, the degenerate completions), then only
     the variants of the pairs it tells apart (:func:`~rl_guards.core.probes.second_pass`). A scheduled probe after
     the first keeps to ``LATER_ROWS`` rows of each task and, per function, the bare reference answer and the first
-    answer form it told apart before (a function that told none apart gets the first pass only); the budget check
+    answer form it told apart before (no real pair where there is a reference; a function that told no form apart
+    gets the first pass only); the budget check
     takes the last later probe's calls, or before one ran the calls it would have made on the first probes' rows
     (plus those of each new task's first probe since).
 
@@ -568,11 +569,14 @@ class RewardProbeGuard(Guard):
             return variants
         keep = set(self.forms.get(name, [])[:1])
         forms = tuple(f"-{form}" for form, _ in REFERENCE_FORMS)
+        # with a reference answer the real pair adds nothing the reference pairs do not show (where a function
+        # reads, whether it reads the thinking); its best and worst scores come from the batch, not from variants
+        references = any(v.label.startswith("reference") for v in variants)
         return [
             v for v in variants
-            if not v.label.startswith("reference")
-            or not (pair := v.label.split(":")[0]).endswith(forms)
-            or pair in keep
+            if not (references and v.label.startswith("real:"))
+            and (not v.label.startswith("reference") or not (pair := v.label.split(":")[0]).endswith(forms)
+                 or pair in keep)
         ]  # fmt: skip
 
     def _second(self, name: str, mine: list[Any], first: dict[str, float | None], *, later: bool) -> list[Any]:
