@@ -98,9 +98,8 @@ class RewardProbeGuard(Guard):
     the variants of the pairs it tells apart (:func:`~rl_guards.core.probes.second_pass`). A scheduled probe after
     the first keeps to ``LATER_ROWS`` rows of each task and, per function, the bare reference answer and the first
     answer form it told apart before (no real pair where there is a reference; a function that told no form apart
-    gets the first pass only); the budget check
-    takes the last later probe's calls, or before one ran the calls it would have made on the first probes' rows
-    (plus those of each new task's first probe since).
+    gets the first pass only). The budget check takes the last later probe's calls, or before one ran the calls it
+    would have made on the first probes' rows (plus those of each new task's first probe since).
 
     Functions probed: every plain Python reward function except those in ``probes.skip`` (reward models never). The
     calls get no-op ``log_metric``/``log_extra``, so the run's metrics and completions table never see them; the
