@@ -31,6 +31,7 @@ from rl_guards.core.probes import (
     reference_pairs,
     second_pass,
     split,
+    wrong_answer,
 )
 from rl_guards.core.think_markup import MARKUPS, THINK
 from rl_guards.testing.healthy import count_xml
@@ -397,3 +398,16 @@ def test_the_second_pass_keeps_to_the_pairs_a_function_tells_apart(name: str, pa
 def test_recognised_forms(name: str, forms: list[str]) -> None:
     variants = plan(reference_pairs("reference", "42", "17"), thinks=True, markup=THINK, reference="42", longest=300)
     assert recognised(variants, [ALL_SCORERS[name](v.text) for v in variants]) == forms
+
+
+@pytest.mark.parametrize(
+    ("right", "others", "wrong"),
+    [
+        ("12", ["7", "15", "3"], "15"),
+        ("7", ["12", "8"], "8"),
+        ("apple", ["river", "sky"], "river"),
+        ("9", ["10"], "10"),
+    ],
+)
+def test_the_wrong_answer_is_as_long_as_the_right_one(right: str, others: list[str], wrong: str) -> None:
+    assert wrong_answer(right, others) == wrong  # else the closest in length ("10" for "9": no other choice)

@@ -106,6 +106,12 @@ class Pair:
     bad_bare: str = ""  # a formed pair: the wrong answer without its form (an answer part a form-reader skips)
 
 
+def wrong_answer(right: str, others: Sequence[str]) -> str:
+    """The wrong answer of a reference pair: another row's answer, the first as long as ``right`` or closest to it
+    (a length term, a per-token penalty, then scores the pair alike and is not probed further on it)."""
+    return min(others, key=lambda other: abs(len(other) - len(right)))
+
+
 def reference_pairs(name: str, right: str, wrong: str) -> list[Pair]:
     """A reference answer against a wrong one, as they are and in each of ``REFERENCE_FORMS``."""
     pairs = [Pair(name, right, wrong)]
@@ -630,4 +636,5 @@ __all__ = [
     "second_pass",
     "split",
     "swapped",
+    "wrong_answer",
 ]

@@ -40,6 +40,7 @@ from rl_guards.core.probes import (
     reference_pairs,
     second_pass,
     split,
+    wrong_answer,
 )
 from rl_guards.errors import RewardProbeError
 from rl_guards.guards.base import Guard, Reporter
@@ -413,10 +414,7 @@ class RewardProbeGuard(Guard):
                 continue
             reference, other = (ref, others[0]) if reference is None else (reference, other)
             name = "reference" if ref_col == self._reference_columns(set(columns))[0] else f"reference[{ref_col}]"
-            # the wrong answer as long as the right one where another row has one: a length term (a per-token
-            # penalty) then does not tell the pair apart, and is not probed further on it
-            wrong = min(others, key=lambda o: abs(len(o) - len(ref)))
-            pairs += reference_pairs(name, ref, wrong)
+            pairs += reference_pairs(name, ref, wrong_answer(ref, others))
         longest = max((len(completion_text(c)) for c in completions), default=0)
         variants = plan(
             pairs,
