@@ -57,6 +57,16 @@ def main(argv: list[str] | None = None) -> int:
 
         setattr(cls, method, wrapper)
 
+    later_costs: list[tuple[int, float]] = []  # (step, calls) of each scheduled probe after the first
+    on_batch = RewardProbeGuard.on_batch
+
+    def counted(self: Any, batch: Any, report: Any) -> None:
+        before = self.extra_calls
+        on_batch(self, batch, report)
+        if self.extra_calls > before:
+            later_costs.append((batch.step, self.extra_calls - before))
+
+    RewardProbeGuard.on_batch = counted  # type: ignore[method-assign]
     timed(DriftGuard, "_probe", "drift")
     timed(RewardProbeGuard, "scan", "probes")
     tiny = tiny_setup()
@@ -96,11 +106,18 @@ def main(argv: list[str] | None = None) -> int:
             f"checkpoints) = {probe_completions / trained:.1%} of the {trained} training completions; "
             f"{timers['drift']:.2f} s = {timers['drift'] / wall:.1%} of the run's {wall:.1f} s"
         )
+        later = len(later_costs)
         print(
             f"reward probes: {probes.probes_run} probe(s), {extra:.0f} extra reward calls = "
             f"{extra / max(probes.run_calls, 1):.2%} of the run's {probes.run_calls:.0f} "
             f"({probes.extra_calls / max(probes.run_calls, 1):.2%} after the free first probe; budget "
             f"{run.config.probes.budget:.0%}); {timers['probes']:.2f} s = {timers['probes'] / wall:.1%} of the run"
+        )
+        print(
+            f"  first probes (each task's first, outside the budget): {probes.first_calls:.0f} calls; {later} later "
+            f"probe(s) at step(s) {[s for s, _ in later_costs]}: "
+            + (", ".join(f"{c:.0f}" for _, c in later_costs) + " calls" if later else "none fitted the budget")
+            + f"; the next one estimated at {probes.last_cost:.0f} calls"
         )
         print(f"findings: {sorted({f.guard + '/' + f.kind for f in run.findings})}")
     return 0

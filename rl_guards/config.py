@@ -308,6 +308,8 @@ class DriftConfig(GuardConfig):
     reward_margin: float = 0.05  # the alarm needs the task's training reward up by this much since the start
     reward_window: int = 5  # train batches averaged for the start and the recent training reward
     length_ratio: float = 2.0  # behaviour thresholds: see rl_guards.core.behaviour.Thresholds
+    thinking_length_ratio: float = 2.0
+    thinking_length_floor: float = 32.0  # characters the thinking must move by as well
     repetition_rise: float = 0.2
     distinct_drop: float = 0.3
     thinking_share_drop: float = 0.5
@@ -322,8 +324,10 @@ class DriftConfig(GuardConfig):
         _check_positive(prefix, "max_tasks", self.max_tasks)
         _check_positive(prefix, "reward_window", self.reward_window)
         _check_positive(prefix, "reward_margin", self.reward_margin, allow_zero=True)
-        if self.length_ratio <= 1:
-            raise ConfigError(f"{prefix}.length_ratio must be > 1, got {self.length_ratio!r}")
+        _check_positive(prefix, "thinking_length_floor", self.thinking_length_floor, allow_zero=True)
+        for name in ("length_ratio", "thinking_length_ratio"):
+            if getattr(self, name) <= 1:
+                raise ConfigError(f"{prefix}.{name} must be > 1, got {getattr(self, name)!r}")
         for name in ("repetition_rise", "distinct_drop", "thinking_share_drop", "empty_answer_rise", "anomaly_rise",
                      "terminated_drop", "non_ascii_rise"):  # fmt: skip
             _check_fraction(prefix, name, getattr(self, name))

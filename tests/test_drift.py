@@ -12,7 +12,8 @@ import pytest
 
 import rl_guards
 from rl_guards.cli.main import main
-from rl_guards.core.behaviour import BehaviourStats, Thresholds, compare, distinct_n, repetition
+from rl_guards.core.behaviour import ROW_FIELDS, BehaviourStats, Thresholds, compare, distinct_n, repetition, row_stats
+from rl_guards.core.think_markup import THINK
 from rl_guards.guards.drift import DriftGuard
 from rl_guards.rollouts.report import write_report
 from rl_guards.testing import make_dataset
@@ -42,13 +43,61 @@ def test_distinct_n() -> None:
         ({"empty_answer_rate": 0.5}, "empty_answer_rate"),
         ({"distinct_2": 0.4}, "distinct_2"),
         ({"non_ascii": 0.3}, "non_ascii"),
+        ({"thinking_chars": 130.0}, "thinking_chars"),  # the thinking grew x2.6 (the completion's length did not)
+        ({"thinking_chars": 15.0}, "thinking_chars"),
     ],
 )
 def test_compare_flags_each_statistic(change: dict[str, float], stat: str) -> None:
-    before = BehaviourStats(completions=8, length=10.0, repetition=0.05, distinct_2=0.8, thinking_share=1.0)
+    before = BehaviourStats(
+        completions=8, length=10.0, repetition=0.05, distinct_2=0.8, thinking_share=1.0, thinking_chars=50.0
+    )
     after = BehaviourStats(**{**before.to_dict(), **change})
     assert [d.stat for d in compare(before, after, Thresholds())] == [stat]
     assert compare(before, BehaviourStats(**before.to_dict()), Thresholds()) == []
+
+
+def test_thinking_length_within_its_ratio_is_not_drift() -> None:
+    before = BehaviourStats(completions=8, length=10.0, thinking_share=1.0, thinking_chars=50.0)
+    for chars in (30.0, 80.0, 99.0):
+        assert compare(before, BehaviourStats(**{**before.to_dict(), "thinking_chars": chars}), Thresholds()) == []
+    # a few characters either way is noise, whatever the ratio (a tiny model's 6.5 -> 2.25 on a 300-step run)
+    short = BehaviourStats(completions=8, length=10.0, thinking_share=1.0, thinking_chars=6.5)
+    for chars in (2.25, 20.0, 38.0):
+        assert compare(short, BehaviourStats(**{**short.to_dict(), "thinking_chars": chars}), Thresholds()) == []
+    grown = BehaviourStats(**{**short.to_dict(), "thinking_chars": 39.0})
+    assert [d.stat for d in compare(short, grown, Thresholds())] == ["thinking_chars"]
+    no_thinking = BehaviourStats(completions=8, length=10.0)  # nothing to compare a ratio with: share says it
+    assert compare(no_thinking, BehaviourStats(**{**no_thinking.to_dict(), "thinking_chars": 40.0}), Thresholds()) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "empty", "chars"),
+    [
+        ("<think>\nx\n</think>\n\n<|im_end|>", 1.0, 0.0),
+        ("<think>\nx\n</think><|im_end|>", 1.0, 0.0),
+        ("<think>\nx\n</think>\n  \n<|endoftext|>", 1.0, 0.0),
+        ("<|im_end|>", 1.0, 0.0),
+        ("<think>\nx\n</think>\n\n7<|im_end|>", 0.0, 1.0),  # the clean twin: an answer, then EOS
+        ("seven<|im_end|><|endoftext|>", 0.0, 5.0),
+    ],
+)
+def test_special_tokens_are_not_answer_text(text: str, empty: float, chars: float) -> None:
+    special = ["<|im_end|>", "<|endoftext|>", "<|im_start|>"]
+    stats = row_stats(text, [1, 2, 3], terminated=True, markup=THINK, special_tokens=special)
+    assert (stats.empty_answer, stats.answer_chars) == (empty, chars)
+
+
+def test_the_guard_counts_an_answer_of_only_special_tokens_as_empty(make_grpo_trainer: Any) -> None:
+    """The probe completions' ids as the trainer's tokenizer writes them, decoded and measured as the guard does."""
+    trainer = make_grpo_trainer(max_steps=1)
+    run = rl_guards.install(trainer, CONFIG, guards=[DriftGuard])
+    guard, tok = run.guard("drift"), trainer.processing_class
+    texts = [f"<think>\nx\n</think>{answer}<|im_end|>" for answer in ("\n\n", "\n \n", "\n\n7")]
+    ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    out = {"completion_ids": ids, "terminated": [True] * 3, "rewards": [], "reward_names": [], "group_size": 3}
+    numbers, _ = guard._numbers([{"prompt": [{"role": "user", "content": "What is 3+4?"}]}], out, 3)
+    empty, chars = 2 + ROW_FIELDS.index("empty_answer"), 2 + ROW_FIELDS.index("answer_chars")
+    assert [(r[empty], r[chars]) for r in numbers] == [(1.0, 0.0), (1.0, 0.0), (0.0, 1.0)]
 
 
 def pays_length(completions: list[Any], **kwargs: Any) -> list[float]:
@@ -102,6 +151,28 @@ def test_planted_drift_is_caught_with_evidence_and_clean_twin_is_silent(
     assert "Behaviour drift on the probe prompts" in page and "changes since the baseline" in page
     logged = {k for h in planted.state.log_history for k in h}
     assert "rl_guards/drift/alarms" in logged
+
+
+@pytest.mark.slow
+def test_a_checkpoint_within_the_first_reward_window_compares_the_reward_halves(
+    make_grpo_trainer: Any, tmp_path: Path
+) -> None:
+    """reward_window 12 > both checkpoints (6, 12): the first and the last window would be the same batches, the
+    reward would never rise; the halves of the batches so far are compared instead. Clean twin silent."""
+    config = {**CONFIG, "drift": {"mode": "warn", "reward_window": 12}}
+    planted = _trainer(make_grpo_trainer, [pays_length], tmp_path / "planted")
+    run = rl_guards.install(planted, config)
+    with pytest.warns(UserWarning, match="drifted"):
+        planted.train()
+    found = [f for f in run.findings if f.guard == "drift"]
+    assert found and found[0].step <= 12 and "training reward rose" in found[0].message, run.summary()
+    guard = run.guard("drift")
+    assert set(guard.reward_batches) == {"arith", "echo"}  # train batches per task: the halves split them
+
+    clean = _trainer(make_grpo_trainer, [arith_correct, echo_match], tmp_path / "clean")
+    clean_run = rl_guards.install(clean, config)
+    clean.train()
+    assert not [f for f in clean_run.findings if f.guard == "drift"], clean_run.summary()
 
 
 @pytest.mark.slow

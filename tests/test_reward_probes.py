@@ -136,7 +136,7 @@ def test_example_rewards_are_silent(make_grpo_trainer: Any) -> None:
     assert _kinds(run) == set(), run.summary()
 
 
-@pytest.mark.parametrize(("budget", "expected"), [(1.0, (2, 3)), (0.02, (1,))])
+@pytest.mark.parametrize(("budget", "expected"), [(1.0, (7, 8)), (0.02, (1,))])
 def test_probes_follow_the_schedule_within_the_budget(
     make_grpo_trainer: Any, budget: float, expected: tuple[int, ...]
 ) -> None:
@@ -146,14 +146,29 @@ def test_probes_follow_the_schedule_within_the_budget(
     run = rl_guards.install(trainer, config, guards=[RewardProbeGuard])
     trainer.train()
     guard = run.guard("probes")
-    # one task, one row (~110 calls a probe, the run's 16 a step): the free first probe at step 0; at budget 1.0 a
-    # later one every time its calls fit (two within 16 steps); at 2 % none within 16 steps
+    # one task, one row (the first probe ~50 calls, a later one ~26, the run's 16 a step): the free first probe at
+    # step 0; at budget 1.0 a later one every time its calls fit (nearly every scheduled one); at 2 % none
     assert guard.probes_run in expected
     assert guard.extra_calls <= budget * guard.run_calls
     assert guard.run_calls == 16 * 8 * 2  # 16 batches x 8 rows x 2 functions
     restored = RewardProbeGuard(run.config)
     restored.load_state_dict(guard.state_dict())
     assert restored.state_dict() == guard.state_dict()
+
+
+def test_later_probes_are_cheaper_and_still_find_the_flaw(make_grpo_trainer: Any) -> None:
+    """A scheduled probe after the first keeps to fewer rows and each function's own answer forms: a fraction of the
+    first probe's calls, and the planted slice is found again (counted twice); the forms survive a resume."""
+    data = make_dataset(tasks=("arith",), thinking=False)  # one task: no first probe of a new task later
+    run = _run(make_grpo_trainer, [sliced_judge_20, arith_correct], data, steps=6, every_steps=3, budget=1.0)
+    guard = run.guard("probes")
+    assert guard.probes_run == 2 and guard.extra_calls > 0, run.summary()
+    assert guard.extra_calls < 0.6 * guard.first_calls, (guard.first_calls, guard.extra_calls)  # 96 vs 176
+    assert run.session.counts[("probes", "reads_prefix:sliced_judge_20")] == 2, run.summary()
+    assert guard.forms["arith_correct"] and guard.forms["sliced_judge_20"]
+    restored = RewardProbeGuard(run.config)
+    restored.load_state_dict(guard.state_dict())
+    assert restored.forms == guard.forms
 
 
 def test_a_function_that_fails_on_variants_is_left_out(make_grpo_trainer: Any) -> None:

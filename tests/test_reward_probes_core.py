@@ -23,10 +23,15 @@ from rl_guards.core.probes import (
     decode,
     encode,
     filler,
+    first_pass,
     judge,
     plan,
     quorum,
+    recognised,
+    reference_pairs,
+    second_pass,
     split,
+    wrong_answer,
 )
 from rl_guards.core.think_markup import MARKUPS, THINK
 from rl_guards.testing.healthy import count_xml
@@ -316,3 +321,93 @@ def test_an_outcome_judge_without_a_reference_is_still_probed_on_the_real_pair()
     variants = plan([Pair("real", "42", "17")], thinks=True, markup=THINK, longest=2000, real_has_block=True)
     findings = judge(variants, [SCORERS["slice 64"](v.text) for v in variants], real_best=1.0, real_worst=0.0)
     assert PREFIX in {f.probe for f in findings}
+
+
+# ----- issue 21 item 3: the cheap first pass, then only what it says a function can be judged on -------------------
+
+ALL_SCORERS: dict[str, Score] = {
+    **SCORERS,
+    **{f"hack: {k}": v[0] for k, v in HACK_SCORERS.items()},
+    "boxed anywhere": lambda t: float((re.findall(r"\\boxed\{([^}]*)\}", t) or [""])[0] == "42"),
+    "boxed answer": lambda t: float((re.findall(r"\\boxed\{([^}]*)\}", _answer(t)) or [""])[0] == "42"),
+    "thinking only": lambda t: float("42" in _thinking(t)),
+}
+
+
+def _two_pass(variants: list, score: Score) -> tuple[list[float | None], int]:
+    """Scores of a function probed in two passes (None where the second pass skipped it), and the texts scored."""
+    first = first_pass(variants)
+    scored = {v.label: score(v.text) for v in first}
+    wanted = second_pass(variants, scored)
+    scored |= {v.label: score(v.text) for v in wanted}
+    return [scored.get(v.label) for v in variants], len({v.text for v in (*first, *wanted)})
+
+
+@pytest.mark.parametrize("thinks", [False, True])
+@pytest.mark.parametrize("name", sorted(ALL_SCORERS))
+def test_the_two_passes_judge_as_scoring_every_variant(name: str, thinks: bool) -> None:
+    pairs = [Pair("real", "So it is 42", "So it is 17"), *reference_pairs("reference", "42", "17")]
+    variants = plan(
+        pairs, thinks=thinks, markup=THINK, thinking_text="some thinking" if thinks else None,
+        prompt_text="What is 40+2?", reference="42", other_answer="17", longest=2000, real_has_block=thinks,
+    )  # fmt: skip
+    score = ALL_SCORERS[name]
+    full = [score(v.text) for v in variants]
+    cheap, texts = _two_pass(variants, score)
+    real = (0.8, 0.2) if name in ("length", "hack: distinct words") else None
+
+    def verdicts(scores: list[float | None]) -> set[tuple[str, str]]:
+        found = judge(variants, scores, real_best=real and real[0], real_worst=real and real[1])
+        return {(f.probe, f.variant) for f in found}
+
+    assert verdicts(cheap) == verdicts(full)
+    assert texts <= len({v.text for v in variants})
+
+
+@pytest.mark.parametrize(
+    ("name", "pairs"),
+    [
+        ("length", set()),  # "42" and "17" have the same length: a length term tells no pair apart
+        ("format only", set()),  # tells no pair apart: the first pass is all it gets
+        ("final exact", {"reference"}),
+        ("boxed answer", {"reference-boxed"}),
+    ],
+)
+def test_the_second_pass_keeps_to_the_pairs_a_function_tells_apart(name: str, pairs: set[str]) -> None:
+    variants = plan(
+        [Pair("real", "So it is 42", "So it is 17"), *reference_pairs("reference", "42", "17")],
+        thinks=True, markup=THINK, reference="42", other_answer="17", longest=300,
+    )  # fmt: skip
+    score = ALL_SCORERS[name]
+    wanted = second_pass(variants, {v.label: score(v.text) for v in first_pass(variants)})
+    told = {v.label.split(":")[0] for v in wanted if not v.label.endswith("leak-empty")}
+    assert told == pairs
+    assert len(first_pass(variants)) + len(wanted) < 0.5 * len(variants)
+
+
+@pytest.mark.parametrize(
+    ("name", "forms"),
+    [
+        ("final exact", ["reference"]),
+        ("boxed answer", ["reference-boxed"]),
+        ("length", []),  # tells the answers apart by their length only
+        ("format only", []),
+        ("last number", ["reference", "reference-stated", "reference-boxed", "reference-tagged", "reference-hash"]),
+    ],
+)
+def test_recognised_forms(name: str, forms: list[str]) -> None:
+    variants = plan(reference_pairs("reference", "42", "17"), thinks=True, markup=THINK, reference="42", longest=300)
+    assert recognised(variants, [ALL_SCORERS[name](v.text) for v in variants]) == forms
+
+
+@pytest.mark.parametrize(
+    ("right", "others", "wrong"),
+    [
+        ("12", ["7", "15", "3"], "15"),
+        ("7", ["12", "8"], "8"),
+        ("apple", ["river", "sky"], "river"),
+        ("9", ["10"], "10"),
+    ],
+)
+def test_the_wrong_answer_is_as_long_as_the_right_one(right: str, others: list[str], wrong: str) -> None:
+    assert wrong_answer(right, others) == wrong  # else the closest in length ("10" for "9": no other choice)

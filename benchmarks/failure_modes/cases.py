@@ -1001,3 +1001,30 @@ CASES += [
         tags=("grpo", "probes", "probes:hackable"),
     ),
 ]
+
+
+# ----- issue 21: task labels (class 5), tag "class:5" ---------------------------------------------------------------
+
+
+def _constant_task(planted: bool, workdir: Path) -> GrpoSpec:
+    # 80 rows (a constant task column is judged from 64 rows on); both runs carry the labels in 'data_source', the
+    # planted run's 'task' says 'default' on every row (clean: the labels)
+    from rl_guards.testing import make_dataset
+
+    data = make_dataset(40, thinking=True)
+    data = data.add_column("data_source", list(data["task"]))
+    if planted:
+        data = data.remove_columns("task").add_column("task", ["default"] * len(data))
+    return GrpoSpec(reward_funcs=[judge_final_answer], dataset=data)
+
+
+CASES += [
+    Case(
+        "task_column_constant",
+        "per-task curves collapsed: the task column says one task",
+        "'task' is 'default' on all 80 rows while 'data_source' holds the two tasks (clean: 'task' holds them too)",
+        _constant_task,
+        expect=(("tasks", "task_column_constant"),),
+        tags=("grpo", "class:5"),
+    ),
+]

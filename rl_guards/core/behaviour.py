@@ -2,9 +2,9 @@
 
 Per completion (:func:`row_stats`): token length, terminated (ended with EOS), repetition (share of its 4-grams of
 token ids that repeat an earlier one), thinking length and whether it has a think block, think-markup anomaly, empty
-final answer, answer length, share of non-ASCII characters. Per group of one prompt: distinct-2 across its
-completions (distinct token bigrams / all bigrams). Per task (:func:`summarise`): the means of those, the length's
-spread, and each reward function's mean.
+final answer (special tokens are not answer text), answer length, share of non-ASCII characters. Per group of one
+prompt: distinct-2 across its completions (distinct token bigrams / all bigrams). Per task (:func:`summarise`): the
+means of those, the length's spread, and each reward function's mean.
 
 :func:`compare` reads a task's statistics at the baseline and now against thresholds; what moved beyond them is a
 :class:`Drift` with both values, the behaviour half of a drift alarm (the guard adds the reward half: reward went up).
@@ -33,6 +33,13 @@ def distinct_n(group: Sequence[Sequence[int]], n: int = DISTINCT_N) -> float:
     """Distinct n-grams over all n-grams of a group's completions (1.0 when every n-gram differs)."""
     grams = [tuple(ids[i : i + n]) for ids in group for i in range(len(ids) - n + 1)]
     return len(set(grams)) / len(grams) if grams else 1.0
+
+
+def without_tokens(text: str, tokens: Sequence[str]) -> str:
+    """``text`` with every occurrence of ``tokens`` removed (the longest first, so none is cut by a shorter one)."""
+    for token in sorted((t for t in tokens if t and t in text), key=len, reverse=True):
+        text = text.replace(token, "")
+    return text
 
 
 @dataclass
@@ -64,11 +71,16 @@ def row_stats(
     markup: ThinkMarkup,
     prompt_opened: bool = False,
     text_for_scan: str | None = None,
+    special_tokens: Sequence[str] = (),
 ) -> RowStats:
-    """The numbers of one completion (``text`` decoded with special tokens kept; ``ids`` its token ids)."""
+    """The numbers of one completion (``text`` decoded with special tokens kept; ``ids`` its token ids).
+
+    ``special_tokens``: the tokenizer's special tokens (EOS, end of turn, padding), which are not answer text: an
+    answer that is only those (``</think><|im_end|>``, whitespace then EOS) is empty.
+    """
     verdict = scan(text_for_scan if text_for_scan is not None else text, markup, prompt_opened=prompt_opened)
     non_ascii = sum(1 for c in text if ord(c) > 127) / len(text) if text else 0.0
-    answer = verdict.answer.strip()
+    answer = without_tokens(verdict.answer, special_tokens).strip()
     return RowStats(
         length=float(len(ids)),
         terminated=float(terminated),
@@ -154,6 +166,8 @@ class Thresholds:
     """How far a statistic may move from the baseline before it counts as drift."""
 
     length_ratio: float = 2.0  # mean length x this (or / this)
+    thinking_length_ratio: float = 2.0  # mean thinking length (characters) x this (or / this),
+    thinking_length_floor: float = 32.0  # and by at least this many characters (a few words either way is noise)
     repetition_rise: float = 0.2  # absolute rise of the repeated 4-gram share
     distinct_drop: float = 0.3  # absolute drop of distinct-2 across a group
     thinking_share_drop: float = 0.5  # absolute drop of the share of completions with a think block
@@ -190,13 +204,13 @@ def compare(before: BehaviourStats, after: BehaviourStats, t: Thresholds) -> lis
         if a - b > limit:
             out.append(((a - b) / limit, Drift(stat, a, b, f"{label} by {b - a:+.2f}, threshold {limit:g}")))
 
-    if before.length > 0 and after.length > 0:
-        ratio = after.length / before.length
-        if ratio >= t.length_ratio or ratio <= 1 / t.length_ratio:
-            score = max(ratio, 1 / ratio) / t.length_ratio
-            out.append(
-                (score, Drift("length", before.length, after.length, f"x{ratio:.2f}, threshold x{t.length_ratio:g}"))
-            )
+    def ratio(stat: str, limit: float, floor: float = 0.0) -> None:
+        a, b = getattr(before, stat), getattr(after, stat)
+        if a > 0 and b > 0 and (b / a >= limit or b / a <= 1 / limit) and abs(b - a) >= floor:
+            out.append((max(b / a, a / b) / limit, Drift(stat, a, b, f"x{b / a:.2f}, threshold x{limit:g}")))
+
+    ratio("length", t.length_ratio)
+    ratio("thinking_chars", t.thinking_length_ratio, t.thinking_length_floor)
     rise("repetition", t.repetition_rise, "repetition rose")
     drop("distinct_2", t.distinct_drop, "diversity across the group fell")
     drop("thinking_share", t.thinking_share_drop, "thinking collapsed")
@@ -218,4 +232,5 @@ __all__ = [
     "repetition",
     "row_stats",
     "summarise",
+    "without_tokens",
 ]

@@ -106,6 +106,12 @@ class Pair:
     bad_bare: str = ""  # a formed pair: the wrong answer without its form (an answer part a form-reader skips)
 
 
+def wrong_answer(right: str, others: Sequence[str]) -> str:
+    """The wrong answer of a reference pair: another row's answer, the first as long as ``right`` or closest to it
+    (a length term, a per-token penalty, then scores the pair alike and is not probed further on it)."""
+    return min(others, key=lambda other: abs(len(other) - len(right)))
+
+
 def reference_pairs(name: str, right: str, wrong: str) -> list[Pair]:
     """A reference answer against a wrong one, as they are and in each of ``REFERENCE_FORMS``."""
     pairs = [Pair(name, right, wrong)]
@@ -355,6 +361,63 @@ def _gap(by_label: Mapping[str, float | None], pair: str, k: int | str) -> float
     return None if good is None or bad is None else good - bad
 
 
+def _reads_answer(by_label: Mapping[str, float | None], pairs: Sequence[str]) -> bool:
+    """The function follows the answer: it tells some reference pair apart at ``k = 0`` (with no reference: the real
+    best answer from the same with its digits changed)."""
+    references = [p for p in pairs if p.startswith("reference")]
+    if references:
+        return any(abs(_gap(by_label, p, 0) or 0.0) > EPS for p in references)
+    return all(
+        abs((by_label.get(f"{p}:good@0") or 0.0) - (by_label.get(f"{p}:swap@0") or 0.0)) > EPS
+        for p in pairs
+        if f"{p}:swap@0" in by_label and by_label[f"{p}:swap@0"] is not None
+    )
+
+
+def first_pass(variants: Sequence[Variant]) -> list[Variant]:
+    """The variants every function scores first (the cheap pass): each pair's answers with nothing before them
+    (good, bad, swapped) and the degenerate completions (their weighted totals need every function's score)."""
+    return [v for v in variants if v.probe == HACKABLE or v.label.endswith("@0")]
+
+
+def second_pass(variants: Sequence[Variant], first: Mapping[str, float | None]) -> list[Variant]:
+    """The variants one function still needs after its :func:`first_pass` scores ``first`` (label -> score): every
+    variant of the pairs it tells apart (the forms it recognises; the real pair only when it reads the answer and
+    no reference pair shows the same), and for the reference pairs it does not, the think blocks that state either
+    answer (a judge of the thinking). :func:`assess` judges the rest as not scored."""
+    pairs = list(dict.fromkeys(v.label.split(":")[0] for v in variants if v.probe == PREFIX))
+    told = {p for p in pairs if abs(_gap(first, p, 0) or 0.0) > EPS}
+    references = {p for p in told if p.startswith("reference")}
+    wanted = set(references)
+    if not references and _reads_answer(first, pairs):
+        wanted |= told
+    blind = {p for p in pairs if p.startswith("reference") and p not in told and _gap(first, p, 0) is not None}
+    done = {v.label for v in first_pass(variants)}
+    return [
+        v
+        for v in variants
+        if v.label not in done
+        and (
+            v.label.split(":")[0] in wanted
+            or (v.label.split(":")[0] in blind and v.label.endswith(("leak-empty", "wrong-leak-empty")))
+        )
+    ]
+
+
+def recognised(variants: Sequence[Variant], scores: Sequence[float | None]) -> list[str]:
+    """The reference pairs (forms) one function tells apart by their answers: right above wrong at ``k = 0`` and a
+    score that does not follow the length of the text before them. A later probe of the function can keep to these
+    (and the bare pair): the others teach nothing more about it."""
+    by_label = {v.label: s for v, s in zip(variants, scores, strict=True)}
+    out = []
+    for pair in dict.fromkeys(v.label.split(":")[0] for v in variants if v.probe == PREFIX):
+        gap0 = _gap(by_label, pair, 0)
+        if pair.startswith("reference") and gap0 is not None and abs(gap0) > EPS:
+            if not _length_driven(by_label, pair, gap0, by_label.get(f"{pair}:good@0") or 0.0):
+                out.append(pair)
+    return out
+
+
 def judge(variants: Sequence[Variant], scores: Sequence[float | None], **kwargs: Any) -> list[ProbeFinding]:
     """The findings of :func:`assess` (one row, no quorum)."""
     return assess(variants, scores, **kwargs).findings
@@ -390,15 +453,7 @@ def assess(
     """
     by_label = {v.label: s for v, s in zip(variants, scores, strict=True)}
     pairs = list(dict.fromkeys(v.label.split(":")[0] for v in variants if v.probe == PREFIX))
-    references = [p for p in pairs if p.startswith("reference")]
-    if references:
-        reads_answer = any(abs(_gap(by_label, p, 0) or 0.0) > EPS for p in references)
-    else:
-        reads_answer = all(
-            abs((by_label.get(f"{p}:good@0") or 0.0) - (by_label.get(f"{p}:swap@0") or 0.0)) > EPS
-            for p in pairs
-            if f"{p}:swap@0" in by_label and by_label[f"{p}:swap@0"] is not None
-        )
+    reads_answer = _reads_answer(by_label, pairs)
     out: list[ProbeFinding] = []
     tried: set[str] = set()
     best = real_best
@@ -429,7 +484,7 @@ def assess(
             worst = bad0 if worst is None else min(worst, bad0)
         elif not reads_answer:
             continue  # a format reward told the real pair apart by its format
-        if check_prefix and f"{pair}:good@tail" in by_label:
+        if check_prefix and by_label.get(f"{pair}:good@tail") is not None:
             tried.add(PREFIX)
             tried.add(SUFFIX)
             for probe, find in ((PREFIX, _prefix_finding), (SUFFIX, _suffix_finding)):
@@ -571,11 +626,15 @@ __all__ = [
     "decode",
     "encode",
     "filler",
+    "first_pass",
     "judge",
     "plan",
     "prefix_detail",
     "quorum",
+    "recognised",
     "reference_pairs",
+    "second_pass",
     "split",
     "swapped",
+    "wrong_answer",
 ]

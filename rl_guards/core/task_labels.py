@@ -87,3 +87,78 @@ def task_column_candidates(
             usual = column.lower() in TASK_LIKE_NAMES
             found.append((0 if usual else 1, len(distinct), column, distinct))
     return [(column, distinct) for _, _, column, distinct in sorted(found)]
+
+
+# Columns that hold a row's content or its reference answer, never its task (an answer column of a multiple-choice
+# or yes/no dataset has few distinct values that each cover a fair share of the rows, exactly like task labels).
+NOT_TASK_NAMES: tuple[str, ...] = (
+    "prompt", "completion", "messages", "question", "response", "answer", "solution", "ground_truth", "reference",
+    "target", "gold", "label", "id", "uid", "enable_thinking", "chat_template_kwargs", "images", "image",
+)  # fmt: skip
+ORDINAL_NAMES: tuple[str, ...] = ("difficulty", "level", "split")  # a grading of one task's rows, not another task
+MIN_ROWS = 64  # rows a constant task column needs before it is judged (a toy dataset's columns say little)
+MIN_ROWS_NEARLY = 200  # rows a nearly constant one needs (one value on >= DOMINANT of them)
+DOMINANT = 0.95  # a task column whose top value holds this share of the rows says one task
+FAIR_SHARE = 0.02  # each of at least two values of a look-alike column holds this share of the rows (and 5 rows)
+
+
+def _not_task_name(column: str) -> bool:
+    """A content or reference column by its name, or by its last part (``problem_id``, ``final_answer``)."""
+    lowered = column.lower()
+    return lowered in NOT_TASK_NAMES or lowered.replace("-", "_").rsplit("_", 1)[-1] in NOT_TASK_NAMES
+
+
+def _label_like(values: list[Any], max_values: int) -> dict[str, int] | None:
+    """The value counts of a column that looks like task labels over ``values``, else None: short non-numeric
+    strings (not single characters), 2..``max_values`` distinct, each ~10 rows on average, none holding
+    ``DOMINANT`` of the rows, and at least two of them on a fair share of the rows."""
+    n = len(values)
+    if not n or not all(isinstance(v, str) and 0 < len(v.strip()) <= 64 for v in values):
+        return None
+    counts: dict[str, int] = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    if not 2 <= len(counts) <= min(max_values, n // 10):
+        return None
+    if all(len(v.strip()) == 1 or v.strip().lstrip("-").replace(".", "", 1).isdigit() for v in counts):
+        return None  # choices ("A".."D") or numbers: answers, not task names
+    if max(counts.values()) >= DOMINANT * n:
+        return None
+    fair = max(5, FAIR_SHARE * n)
+    if sum(1 for c in counts.values() if c >= fair) < 2:
+        return None
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def constant_task_column(
+    rows: list[dict[str, Any]], task_column: str, columns: list[str], *, default: str = "", max_values: int = 32
+) -> tuple[dict[str, int], list[tuple[str, dict[str, int]]]] | None:
+    """A task column that says one task while another column looks like the real task labels.
+
+    Returns (the task column's value counts, [(look-alike column, its value counts over the rows of the dominant
+    task)], usual task-label names first, then fewest values), or None: the task column varies, there are too few
+    rows to judge (``MIN_ROWS``; ``MIN_ROWS_NEARLY`` when it is only nearly constant), or no column looks like task
+    labels (a genuinely single-task dataset).
+    """
+    n = len(rows)
+    if n < MIN_ROWS:
+        return None
+    names = [task_name(row.get(task_column), default) for row in rows]
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    top, top_count = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
+    if top_count < DOMINANT * n or (len(counts) > 1 and n < MIN_ROWS_NEARLY):
+        return None
+    mine = [row for row, name in zip(rows, names, strict=True) if name == top]
+    found: list[tuple[int, int, str, dict[str, int]]] = []
+    for column in columns:
+        if column == task_column or _not_task_name(column) or column.lower() in ORDINAL_NAMES:
+            continue
+        labels = _label_like([row.get(column) for row in mine], max_values)
+        if labels is not None:
+            found.append((0 if column.lower() in TASK_LIKE_NAMES else 1, len(labels), column, labels))
+    if not found:
+        return None
+    ordered = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    return ordered, [(column, labels) for _, _, column, labels in sorted(found)]

@@ -5,7 +5,8 @@ A fixed set of probe prompts per task (from ``eval_dataset`` when the trainer ha
 train set; saved with every checkpoint, so a resumed run keeps the set and the baseline) is generated and scored
 with the trainer's own path at train start (the baseline, step 0) and before every checkpoint. Each time, per task:
 the behaviour statistics, compared to the baseline; when the task's training reward rose by
-``drift.reward_margin`` since the start (mean of the first vs the last ``drift.reward_window`` train batches) while
+``drift.reward_margin`` since the start (mean of the first vs the last ``drift.reward_window`` train batches; of
+the first vs the second half of the batches so far while there are fewer than twice as many) while
 a statistic moved beyond its threshold, a violation shows the statistic, both values and one probe prompt's
 completions at the baseline and now.
 
@@ -18,7 +19,8 @@ key (at checkpoints)                    value
 ======================================  ==============================================================================
 ``rl_guards/drift/alarms``              tasks whose reward rose while their behaviour drifted (when non-zero)
 ``rl_guards_task/<t>/drift/<stat>``     the task's statistic on the probe prompts: length, repetition, distinct_2,
-                                        thinking_share, empty_answer_rate, terminated, reward_total (full only)
+                                        thinking_share, thinking_chars, empty_answer_rate, terminated,
+                                        reward_total (full only)
 ``rl_guards_task/<t>/drift/moved``      statistics beyond their thresholds (when non-zero)
 ======================================  ==============================================================================
 """
@@ -53,7 +55,9 @@ from rl_guards.rollouts.render import printable
 
 logger = logging.getLogger("rl_guards")
 
-LOGGED_STATS = ("length", "repetition", "distinct_2", "thinking_share", "empty_answer_rate", "terminated")
+LOGGED_STATS = (
+    "length", "repetition", "distinct_2", "thinking_share", "thinking_chars", "empty_answer_rate", "terminated",
+)  # fmt: skip
 DRIFT_FOLDER = "drift"
 
 
@@ -78,6 +82,7 @@ class DriftGuard(Guard):
         self.baseline_examples: dict[str, str] = {}  # probe index (str) -> its first completion at the baseline
         self.reward_start: dict[str, list[float]] = {}  # task -> the first reward_window train-batch means
         self.reward_recent: dict[str, list[float]] = {}  # task -> the last reward_window train-batch means
+        self.reward_batches: dict[str, int] = {}  # task -> train batches seen (the windows overlap below 2 x window)
         self.checkpoints: list[int] = []  # steps probed after the baseline
         self.alarmed: dict[str, list[str]] = {}  # task -> statistics already alarmed on (warned once each)
 
@@ -147,6 +152,7 @@ class DriftGuard(Guard):
             recent = self.reward_recent.setdefault(task, [])
             recent.append(mean)
             del recent[:-window]
+            self.reward_batches[task] = self.reward_batches.get(task, 0) + 1
 
     def before_save(self, checkpoint_dir: str, report: Reporter) -> None:
         if not self.baseline or not self.indices:
@@ -235,6 +241,7 @@ class DriftGuard(Guard):
         """This rank's numeric rows of the probe (an ``ok`` flag first) and its first completion of each prompt."""
         decode = self.ctx.decode or (lambda ids: "")
         markup = markup_from_config(self.guards_config.think_tags, self.ctx.template_text)
+        special = self._special_tokens(decode)
         opened = self._prompts_opened(rows, markup)
         weights = out.get("reward_weights") or [1.0] * len(out["reward_names"])
         numbers: list[list[float]] = []
@@ -247,13 +254,31 @@ class DriftGuard(Guard):
                 text = str(decode(ids))
                 if j == 0:
                     examples[str(p)] = text
-                stats = row_stats(text, ids, terminated=out["terminated"][k], markup=markup, prompt_opened=opened[p])
+                stats = row_stats(
+                    text, ids, terminated=out["terminated"][k], markup=markup, prompt_opened=opened[p],
+                    special_tokens=special,
+                )  # fmt: skip
                 rewards = out["rewards"][k] if k < len(out["rewards"]) else []
                 total = sum(w * (v or 0.0) for w, v in zip(weights, rewards, strict=False)) if rewards else float("nan")
                 reward_cells = [float("nan") if v is None else float(v) for v in rewards][: len(out["reward_names"])]
                 reward_cells += [float("nan")] * (len(out["reward_names"]) - len(reward_cells))
                 numbers.append([1.0, float(p), *stats.as_list(), distinct, total, *reward_cells])
         return numbers, examples
+
+    def _special_tokens(self, decode: Any) -> list[str]:
+        """The tokenizer's special tokens and the EOS ids decoded: not answer text (an answer of only these is
+        empty)."""
+        tokenizer = self.ctx.tokenizer
+        found = [str(t) for t in (getattr(tokenizer, "all_special_tokens", None) or [])]
+        for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+            if getattr(token, "special", False):
+                found.append(str(getattr(token, "content", "")))
+        for eos in self.ctx.eos_token_ids or []:
+            try:
+                found.append(str(decode([eos])))
+            except Exception:  # an id the tokenizer cannot decode is no text either
+                continue
+        return sorted({t for t in found if t.strip()})
 
     def _say_failed(self, step: int, why: str, report: Reporter) -> None:
         after = (
@@ -278,11 +303,20 @@ class DriftGuard(Guard):
             return [False] * len(rows)
 
     def _train_reward(self, task: str) -> tuple[float, float] | None:
-        """The task's mean training reward over its first and its last ``reward_window`` train batches."""
+        """The task's mean training reward over its first and its last ``reward_window`` train batches; before
+        there are twice as many, over the first and the last half of those seen (two windows that overlapped
+        would compare a batch with itself: a checkpoint early in the run would never see the reward rise). None
+        before two batches."""
         start, recent = self.reward_start.get(task), self.reward_recent.get(task)
-        if start and recent:
-            return sum(start) / len(start), sum(recent) / len(recent)
-        return None
+        if not start or not recent:
+            return None
+        window = self.config.reward_window
+        # a state saved before the count was kept: exact while the first window fills, else taken as full
+        seen = self.reward_batches.get(task, len(start) if len(start) < window else 2 * window)
+        k = min(window, seen // 2, len(start), len(recent))
+        if k == 0:
+            return None
+        return sum(start[:k]) / k, sum(recent[-k:]) / k
 
     def _reward_rise(self, task: str, before: BehaviourStats, now: BehaviourStats) -> tuple[float, float] | None:
         """The task's training reward at the start and recently; else its probe reward at baseline and now."""
@@ -378,6 +412,7 @@ class DriftGuard(Guard):
             "baseline_examples": self.baseline_examples,
             "reward_start": self.reward_start,
             "reward_recent": self.reward_recent,
+            "reward_batches": self.reward_batches,
             "checkpoints": list(self.checkpoints),
             "alarmed": self.alarmed,
         }
@@ -390,6 +425,7 @@ class DriftGuard(Guard):
         self.baseline_examples = {str(k): str(v) for k, v in (state.get("baseline_examples") or {}).items()}
         self.reward_start = {str(k): [float(x) for x in v] for k, v in (state.get("reward_start") or {}).items()}
         self.reward_recent = {str(k): [float(x) for x in v] for k, v in (state.get("reward_recent") or {}).items()}
+        self.reward_batches = {str(k): int(v) for k, v in (state.get("reward_batches") or {}).items()}
         self.checkpoints = [int(s) for s in state.get("checkpoints", [])]
         self.alarmed = {str(k): list(v) for k, v in (state.get("alarmed") or {}).items()}
 

@@ -19,6 +19,7 @@ from rl_guards.core.probes import (
     PREFIX,
     RAISED,
     REFERENCE_ALONE,
+    REFERENCE_FORMS,
     SCORED,
     SUFFIX,
     THINKING,
@@ -31,17 +32,22 @@ from rl_guards.core.probes import (
     cut_variants,
     decode,
     encode,
+    first_pass,
     plan,
     prefix_detail,
     quorum,
+    recognised,
     reference_pairs,
+    second_pass,
     split,
+    wrong_answer,
 )
 from rl_guards.errors import RewardProbeError
 from rl_guards.guards.base import Guard, Reporter
 from rl_guards.guards.think_tags import markup_from_config
 from rl_guards.rewards.slicing import drain_watched
 
+LATER_ROWS = 4  # rows per task of a scheduled probe after the first (a verdict needs 3 of them, from 2 groups)
 REFERENCE_COLUMNS: tuple[str, ...] = ("answer", "solution", "ground_truth", "reference", "target", "gold", "label")
 _KINDS = {PREFIX: "reads_prefix", SUFFIX: "reads_suffix", THINKING: "reads_thinking", HACKABLE: "hackable"}
 _FIXES = {
@@ -89,6 +95,13 @@ class RewardProbeGuard(Guard):
     rows (:func:`rl_guards.core.probes.quorum`: at least three, most of those the probe could judge, from more
     than one group where there are several) and says on how many rows of how many it was seen.
 
+    Cost: each function scores a cheap first pass (every pair's answers alone, the degenerate completions), then only
+    the variants of the pairs it tells apart (:func:`~rl_guards.core.probes.second_pass`). A scheduled probe after
+    the first keeps to ``LATER_ROWS`` rows of each task and, per function, the bare reference answer and the first
+    answer form it told apart before (no real pair where there is a reference; a function that told no form apart
+    gets the first pass only). The budget check takes the last later probe's calls, or before one ran the calls it
+    would have made on the first probes' rows (plus those of each new task's first probe since).
+
     Functions probed: every plain Python reward function except those in ``probes.skip`` (reward models never). The
     calls get no-op ``log_metric``/``log_extra``, so the run's metrics and completions table never see them; the
     rewards used for training are never touched; a function that raises on a variant is left out of that probe.
@@ -110,7 +123,8 @@ class RewardProbeGuard(Guard):
 
     name: ClassVar[str] = "probes"
     config_field: ClassVar[str] = "probes"
-    FEATURES: ClassVar[tuple[str, ...]] = ("probed", "calls")  # + one verdict mask per reward function (setup)
+    # + one verdict mask per reward function (setup); "estimate": what a later probe of these rows would cost
+    FEATURES: ClassVar[tuple[str, ...]] = ("probed", "calls", "estimate")
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
@@ -126,6 +140,9 @@ class RewardProbeGuard(Guard):
         self.coverage: dict[str, Any] = {}  # what the probes covered so far: see coverage_text()
         self.tasks_probed: set[str] = set()  # tasks whose rows were probed at least once (on this rank)
         self._regular = False  # this batch's probe is a scheduled one (not the first probe of a new task)
+        self._later = False  # a scheduled probe after the first: fewer rows, each function's own answer forms
+        self.forms: dict[str, list[str]] = {}  # function -> the reference forms it told apart (core.recognised)
+        self._planned: dict[int, list[Any]] = {}  # probed row -> its variants (for the later probes' estimate)
 
     def setup(self, ctx: Any) -> None:
         super().setup(ctx)
@@ -194,26 +211,53 @@ class RewardProbeGuard(Guard):
         self._details = {}
         self._cache = {}
         self._regular = bool(held) and self.due(batch)
+        self._later = self._regular and self.probes_run > 0
         rows: list[int] = []
         if self._regular:
-            rows = self._rows_to_probe(batch, held)
+            rows = self._rows_to_probe(batch, held, min(self.config.rows, LATER_ROWS) if self._later else None)
         elif held and batch.mode == "train" and self.functions():
             # a task the probes have not seen yet gets its first probe (counted with the first, outside the budget)
             new = [r for r in held if str(batch.tasks[r]) not in self.tasks_probed]
             rows = self._rows_to_probe(batch, new) if new else []
+        estimate = 0
         if rows:
+            self._planned = {}
             for row in rows:
                 masks[row], made = self._probe_row(batch, row, held)
                 calls += made
                 self.tasks_probed.add(str(batch.tasks[row]))
             drain_watched()  # texts a watch_inputs judge saw during the probe are not the run's
+            if not self._later:
+                estimate = self._later_cost(batch, rows)
             self._cache = {}
+            self._planned = {}
         first = [1.0] + [0.0] * (len(held) - 1) if held else []
-        out = {"probed": [float(r in masks) for r in held], "calls": [v * calls for v in first]}
-        for name in self.FEATURES[2:]:
-            index = int(name[2:])
-            out[name] = [float(masks.get(r, {}).get(index, 0)) for r in held]
+        out = {
+            "probed": [float(r in masks) for r in held],
+            "calls": [v * calls for v in first],
+            "estimate": [v * estimate for v in first],
+        }
+        for name in self.FEATURES:
+            if name.startswith("fn"):
+                out[name] = [float(masks.get(r, {}).get(int(name[2:]), 0)) for r in held]
         return out
+
+    def _later_cost(self, batch: RolloutBatch, rows: list[int]) -> int:
+        """The reward calls a later probe would make on these rows (its rows, its forms; the texts it would score,
+        counted from this probe's scores without calling anything): the budget's estimate of the next probe."""
+        texts: set[tuple[int, int, str]] = set()
+        for row in self._rows_to_probe(batch, rows, min(self.config.rows, LATER_ROWS)):
+            variants = self._planned.get(row)
+            if variants is None:
+                continue
+            group = batch.group_of(row)
+            for index, name, _ in self.functions():
+                cache = self._cache.get((index, group), {})
+                mine = self._variants_of(name, variants, later=True)
+                first = first_pass(mine)
+                wanted = self._second(name, mine, {v.label: cache.get(v.text) for v in first}, later=True)
+                texts |= {(index, group, v.text) for v in (*first, *wanted)}
+        return len(texts)
 
     def row_evidence(self, batch: RolloutBatch, row: int) -> str | None:
         return json.dumps(self._details[row]) if row in self._details else None
@@ -229,9 +273,14 @@ class RewardProbeGuard(Guard):
             self.first_calls += calls
         else:
             self.extra_calls += calls
+        # what the next (later) probe is expected to cost: the last later probe's calls, else the first probe's
+        # estimate, plus that of each new task's first probe (a later probe covers every task of its batch)
+        estimate = float(np.sum(feats["estimate"])) if len(feats["estimate"]) else 0.0
         if self._regular:
             self.last_step = batch.step
-            self.last_cost = calls
+            self.last_cost = calls if self._later else estimate
+        else:
+            self.last_cost += estimate
         self.probes_run += 1
         report.metric("probed_rows", float(sum(1 for v in feats["probed"] if v)))
         report.metric("extra_call_share", (self.extra_calls + self.first_calls) / max(self.run_calls, 1.0))
@@ -319,7 +368,7 @@ class RewardProbeGuard(Guard):
         return [r for r in tried if decode(masks[r], key)[1]], tried
 
     # ----- one row ---------------------------------------------------------------------------------------
-    def _rows_to_probe(self, batch: RolloutBatch, held: list[int]) -> list[int]:
+    def _rows_to_probe(self, batch: RolloutBatch, held: list[int], limit: int | None = None) -> list[int]:
         """Up to ``probes.rows`` held rows of each task, taken in turn from its groups (those whose totals vary
         first; in each group the best rows first): several rows from several groups for the quorum."""
         totals = batch.weighted_totals
@@ -334,7 +383,7 @@ class RewardProbeGuard(Guard):
         for _, task_groups in sorted(by_task.items()):
             task_groups.sort(key=lambda rows: (-float(np.ptp(totals[rows])), rows[0]))
             order = [g[d] for d in range(max(len(g) for g in task_groups)) for g in task_groups if d < len(g)]
-            chosen += order[: self.config.rows]
+            chosen += order[: limit or self.config.rows]
         return sorted(chosen)
 
     def _probe_row(self, batch: RolloutBatch, row: int, held: list[int]) -> tuple[dict[int, int], int]:
@@ -365,7 +414,7 @@ class RewardProbeGuard(Guard):
                 continue
             reference, other = (ref, others[0]) if reference is None else (reference, other)
             name = "reference" if ref_col == self._reference_columns(set(columns))[0] else f"reference[{ref_col}]"
-            pairs += reference_pairs(name, ref, others[0])
+            pairs += reference_pairs(name, ref, wrong_answer(ref, others))
         longest = max((len(completion_text(c)) for c in completions), default=0)
         variants = plan(
             pairs,
@@ -379,23 +428,29 @@ class RewardProbeGuard(Guard):
             longest=longest,
             real_has_block=thinking is not None,
         )
+        self._planned[row] = variants
         probed = {i: name for i, name, _ in self.functions()}
         masks: dict[int, int] = {}
         scores: dict[int, list[float | None]] = {}
         made = 0
-        for index, _name, fn in self.functions():
+        for index, name, fn in self.functions():
             # rows of one group share the prompt and the columns: a text scored for one is not scored again
             cache = self._cache.setdefault((index, batch.group_of(row)), {})
-            todo = [text for text in dict.fromkeys(v.text for v in variants) if text not in cache]
+            mine = self._variants_of(name, variants, later=self._later)
+            first = first_pass(mine)
             try:
-                fresh = self._score(fn, todo, prompts[local], completions[local], columns, state) if todo else []
-            except Exception:  # the function cannot score a variant: not probed this time, never the run's problem
+                # the cheap pass first; then only what it says this function can be judged on (second_pass)
+                made += self._fill(cache, first, fn, prompts[local], completions[local], columns, state)
+                wanted = self._second(name, mine, {v.label: cache[v.text] for v in first}, later=self._later)
+                made += self._fill(cache, wanted, fn, prompts[local], completions[local], columns, state)
+            except _ScoringFailed as failed:  # it cannot score a variant: not probed this time, never the run's problem
                 masks[index] = encode(None, raised=True)
-                made += len(todo)  # the calls were made all the same
+                made += failed.calls  # the calls were made all the same
                 continue
-            cache.update(zip(todo, fresh, strict=True))
-            scores[index] = [cache[v.text] for v in variants]
-            made += len(todo)
+            labels = {v.label for v in mine}  # None: not scored (not needed for this function)
+            scores[index] = [cache.get(v.text) if v.label in labels else None for v in variants]
+            learned = self.forms.setdefault(name, [])
+            learned += [p for p in recognised(variants, scores[index]) if p not in learned]
         weights = batch.reward_weights
         matrix = batch.reward_matrix
         totals_of = {}
@@ -503,6 +558,46 @@ class RewardProbeGuard(Guard):
         detail = prefix_detail(good0, bad0, seen, blind)
         return ProbeFinding(PREFIX, detail, pair=finding.pair, cut=(seen, blind), scores=finding.scores), calls
 
+    def _variants_of(self, name: str, variants: list[Any], *, later: bool) -> list[Any]:
+        """The variants probing function ``name``: all of them, except on a later probe, where the reference pairs
+        keep to the bare answer and the first form the function told apart before (its code does not change; one
+        form it reads shows a slice or a read of the thinking as well as all of them)."""
+        if not later:
+            return variants
+        keep = set(self.forms.get(name, [])[:1])
+        forms = tuple(f"-{form}" for form, _ in REFERENCE_FORMS)
+        # with a reference answer the real pair adds nothing the reference pairs do not show (where a function
+        # reads, whether it reads the thinking); its best and worst scores come from the batch, not from variants
+        references = any(v.label.startswith("reference") for v in variants)
+        return [
+            v for v in variants
+            if not (references and v.label.startswith("real:"))
+            and (not v.label.startswith("reference") or not (pair := v.label.split(":")[0]).endswith(forms)
+                 or pair in keep)
+        ]  # fmt: skip
+
+    def _second(self, name: str, mine: list[Any], first: dict[str, float | None], *, later: bool) -> list[Any]:
+        """The second pass of function ``name``; on a later probe none for a function that told no reference form
+        apart before (a format or length term: judged on degenerate completions only, which the first pass holds)."""
+        if later and not self.forms.get(name) and any(v.label.startswith("reference") for v in mine):
+            return []
+        return second_pass(mine, first)
+
+    def _fill(
+        self, cache: dict[str, float | None], variants: list[Any], fn: Any, prompt: Any, original: Any,
+        columns: dict[str, Any], state: Any,
+    ) -> int:  # fmt: skip
+        """Score the texts of ``variants`` not in ``cache`` yet, in one call; the calls made."""
+        todo = [text for text in dict.fromkeys(v.text for v in variants) if text not in cache]
+        if not todo:
+            return 0
+        try:
+            fresh = self._score(fn, todo, prompt, original, columns, state)
+        except Exception as exc:
+            raise _ScoringFailed(len(todo)) from exc
+        cache.update(zip(todo, fresh, strict=True))
+        return len(todo)
+
     def _score(
         self, fn: Any, texts: list[str], prompt: Any, original: Any, columns: dict[str, Any], state: Any
     ) -> list[float | None]:
@@ -562,12 +657,21 @@ class RewardProbeGuard(Guard):
             "run_calls": self.run_calls,
             "last_cost": self.last_cost,
             "tasks_probed": sorted(self.tasks_probed),
+            "forms": {k: list(v) for k, v in self.forms.items()},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key, value in state.items():
             if hasattr(self, key):
                 setattr(self, key, type(getattr(self, key))(value))
+
+
+class _ScoringFailed(Exception):
+    """A reward function raised on probe variants (``calls``: the calls made all the same)."""
+
+    def __init__(self, calls: int) -> None:
+        super().__init__(calls)
+        self.calls = calls
 
 
 def _reward_inputs(batch: RolloutBatch, held: list[int]) -> tuple[list[dict[str, Any]], list[Any], list[Any], Any, Any]:

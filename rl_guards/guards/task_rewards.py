@@ -2,12 +2,36 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rl_guards.core.batch import RolloutBatch
-from rl_guards.core.task_labels import task_column_candidates
+from rl_guards.core.task_labels import constant_task_column, task_column_candidates
 from rl_guards.core.task_stats import task_stats
 from rl_guards.guards.base import Guard, Reporter
+
+SAMPLE_ROWS = 2000  # dataset rows read at train start to name task-like columns (spread over the dataset)
+
+
+def _sample_rows(dataset: Any, limit: int) -> list[dict[str, Any]] | None:
+    """Up to ``limit`` rows spread evenly over a sized dataset (a dataset sorted by source shows every source),
+    else its first ``limit`` rows; None when it cannot be read here."""
+    try:
+        n = len(dataset)
+    except TypeError:
+        n = None
+    try:
+        if n is not None and n > limit and hasattr(dataset, "select"):
+            picked = dataset.select([i * n // limit for i in range(limit)])
+            return [row for row in picked if isinstance(row, dict)]
+        return [row for _, row in zip(range(limit), dataset, strict=False) if isinstance(row, dict)]
+    except Exception:
+        return None
+
+
+def _counts_text(counts: dict[str, int], shown: int = 6) -> str:
+    items = list(counts.items())
+    more = f", ... ({len(items)} values)" if len(items) > shown else ""
+    return ", ".join(f"{k!r} {v}" for k, v in items[:shown]) + more
 
 
 class TaskRewardMonitor(Guard):
@@ -42,20 +66,20 @@ class TaskRewardMonitor(Guard):
     config_field: ClassVar[str] = "tasks"
 
     def on_train_begin(self, report: Reporter) -> None:
-        """No task column in the dataset: name the columns that look like task labels, once."""
+        """The task column is missing, or says one task, while other columns look like task labels: say so, once."""
         dataset = self.ctx.train_dataset
         columns = list(getattr(dataset, "column_names", None) or [])
-        task_column = self.guards_config.tasks.task_column
-        if not columns or task_column in columns:
+        if not columns:
             return
-        try:
-            rows = [row for _, row in zip(range(2000), dataset, strict=False) if isinstance(row, dict)]
-        except Exception:  # a streaming dataset that cannot be read here: nothing to suggest
+        rows = _sample_rows(dataset, SAMPLE_ROWS)
+        if rows is None:  # a streaming dataset that cannot be read here: nothing to suggest
+            return
+        config = self.guards_config.tasks
+        if config.task_column in columns:
+            self._constant_column(rows, columns, report)
             return
         exclude = ("prompt", "completion", "messages", "answer", "solution", "enable_thinking")
-        candidates = task_column_candidates(
-            rows, columns, max_values=self.guards_config.tasks.max_tasks, exclude=exclude
-        )
+        candidates = task_column_candidates(rows, columns, max_values=config.max_tasks, exclude=exclude)
         if not candidates:
             return
         shown = "; ".join(
@@ -64,9 +88,32 @@ class TaskRewardMonitor(Guard):
         )
         report.notice(
             "task_column_missing",
-            f"the dataset has no {task_column!r} column, so every per-task metric (reward, pass rate, dead groups) "
-            f"is for one task {self.guards_config.tasks.default_task!r}. Columns that look like task labels: {shown}. "
-            f"Fix: set tasks.task_column: {candidates[0][0]} (or rename the column to {task_column!r}).",
+            f"the dataset has no {config.task_column!r} column, so every per-task metric (reward, pass rate, dead "
+            f"groups) is for one task {config.default_task!r}. Columns that look like task labels: {shown}. "
+            f"Fix: set tasks.task_column: {candidates[0][0]} (or rename the column to {config.task_column!r}).",
+        )
+
+    def _constant_column(self, rows: list[dict[str, Any]], columns: list[str], report: Reporter) -> None:
+        config = self.guards_config.tasks
+        found = constant_task_column(
+            rows, config.task_column, columns, default=config.default_task, max_values=config.max_tasks
+        )
+        if found is None:
+            return
+        counts, candidates = found
+        n = len(rows)
+        top, top_count = next(iter(counts.items()))
+        says = f"{top!r} on {top_count / n:.0%} of {n} rows" + (
+            f" ({', '.join(f'{k!r} {v}' for k, v in list(counts.items())[1:4])} on the rest)" if len(counts) > 1 else ""
+        )
+        shown = "; ".join(f"{column!r} ({_counts_text(labels)})" for column, labels in candidates[:3])
+        column = candidates[0][0]
+        report.notice(
+            "task_column_constant",
+            f"the task column {config.task_column!r} says one task ({says}{', sampled' if n == SAMPLE_ROWS else ''}), "
+            f"so every per-task metric (reward, pass rate, dead groups, drift) is for that one task, while other "
+            f"columns look like the real task labels: {shown}. Fix: set tasks.task_column: {column} (or fill "
+            f"{config.task_column!r} from it); if the rows really are one task, ignore this.",
         )
 
     def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
