@@ -1,7 +1,7 @@
 """The run-level side of a probe (pure): every function's scores of one row's variants combined into the weighted
 totals that decide whether a degenerate completion is earnable (:func:`rl_guards.core.probes.assess`'s ``totals``,
-``best_total``, ``strict`` and ``format_matters``). Shared by every driver of the probes (the offline audit; the
-in-run guard computes the same inline)."""
+``best_total``, ``strict`` and ``format_matters``). Shared by every driver of the probes (the offline audit and
+the in-run guard)."""
 
 from __future__ import annotations
 

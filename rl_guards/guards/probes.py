@@ -13,12 +13,12 @@ import numpy as np
 from rl_guards.config import ProbesConfig
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.core.completions import completion_text
+from rl_guards.core.probe_totals import best_total, format_matters, informative, weighted_totals
 from rl_guards.core.probes import (
     HACKABLE,
     HACKS,
     PREFIX,
     RAISED,
-    REFERENCE_ALONE,
     REFERENCE_FORMS,
     SCORED,
     SUFFIX,
@@ -453,35 +453,17 @@ class RewardProbeGuard(Guard):
             learned += [p for p in recognised(variants, scores[index]) if p not in learned]
         weights = batch.reward_weights
         matrix = batch.reward_matrix
-        totals_of = {}
-        for j, v in enumerate(variants):
-            total = 0.0
-            for f, w in enumerate(weights):
-                if f in scores:
-                    value = scores[f][j]
-                else:  # not probed: assume it pays the variant what it paid the worst real completion
-                    column = matrix[group, f] if f < matrix.shape[1] else np.array([0.0])
-                    value = float(np.nanmin(column)) if not np.isnan(column).all() else 0.0
-                total += w * (value or 0.0)
-            totals_of[v.label] = total
-        best_total = float(np.max(totals[group]))
-        for pair in pairs:
-            if pair.name.startswith("reference"):
-                best_total = max(best_total, totals_of.get(f"{pair.name}:good@0", best_total))
-        labels = [v.label for v in variants]
+        fallback = {}  # a function not probed counts what it paid the worst real completion
+        for f in range(len(weights)):
+            if f not in scores:
+                column = matrix[group, f] if f < matrix.shape[1] else np.array([0.0])
+                fallback[f] = float(np.nanmin(column)) if not np.isnan(column).all() else 0.0
+        totals_of = weighted_totals(variants, scores, weights, fallback)
+        best = best_total(float(np.max(totals[group])), pairs, totals_of)
         # where the run's total does not pay a right answer more than a wrong one on this row (nobody right yet, no
         # reference), "as much as the best" says nothing: a degenerate variant must earn strictly more
-        informative = any(
-            totals_of.get(f"{p.name}:good@0", 0.0) > totals_of.get(f"{p.name}:bad@0", 0.0) + 1e-9 for p in pairs
-        )
-        format_matters = (
-            REFERENCE_ALONE in labels
-            and "reference:good@0" in labels
-            and any(
-                (s[labels.index(REFERENCE_ALONE)] or 0.0) < (s[labels.index("reference:good@0")] or 0.0)
-                for s in scores.values()
-            )
-        )
+        strict = not informative(pairs, totals_of)
+        matters = format_matters(variants, scores)
         details: list[dict[str, str]] = []
         for index, name in probed.items():
             if index not in scores or all(v is None for v in scores[index]):
@@ -494,11 +476,11 @@ class RewardProbeGuard(Guard):
                 real_best=float(real.max()) if real.size else None,
                 real_worst=float(real.min()) if real.size else None,
                 totals=totals_of,
-                best_total=best_total,
+                best_total=best,
                 check_prefix=name not in self.config.prefix_ok,
                 check_thinking=name not in self.config.process_rewards,
-                format_matters=format_matters,
-                strict=not informative,
+                format_matters=matters,
+                strict=strict,
             )
             findings = []
             for finding in assessment.findings:
