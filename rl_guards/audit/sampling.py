@@ -27,8 +27,7 @@ def sample_completions(
     from tqdm import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-    from rl_guards.trl.length_probe import _eos_ids
-    from rl_guards.trl.template_check import tokenize_generation_prompts
+    from rl_guards.trl.length_probe import _eos_ids, generate_new_ids
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).to(device)
@@ -40,15 +39,10 @@ def sample_completions(
     torch.manual_seed(seed)
     todo = [row for row in rows for _ in range(samples)]
     bar = tqdm(total=len(todo), desc="audit: sampling", disable=None if progress else True, file=sys.stderr)
-    for start in range(0, len(todo), batch_size):
+    batches = generate_new_ids(model, tokenizer, [row.prompt for row in todo], config, batch_size=batch_size)
+    for start, batch in zip(range(0, len(todo), batch_size), batches, strict=True):
         chunk = todo[start : start + batch_size]
-        rendered = tokenize_generation_prompts(tokenizer, [row.prompt for row in chunk])
-        width = max(len(r) for r in rendered)
-        input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rendered], device=device)
-        attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rendered], device=device)
-        with torch.no_grad():
-            out = model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config)
-        for row, ids in zip(chunk, out[:, width:].tolist(), strict=True):
+        for row, ids in zip(chunk, batch, strict=True):
             end = next((i for i, t in enumerate(ids) if t in eos), len(ids))
             text = tokenizer.decode(ids[: end + 1], skip_special_tokens=True)
             completion: Any = [{"role": "assistant", "content": text}] if isinstance(row.prompt, list) else text

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import random
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 from rl_guards.core.lengths import LengthSummary, summarize_lengths
 from rl_guards.trl.template_check import tokenize_generation_prompts
 
-__all__ = ["LengthProbe", "load_prompts", "pick_split", "probe_lengths", "sample_prompts"]
+__all__ = ["LengthProbe", "generate_new_ids", "load_prompts", "pick_split", "probe_lengths", "sample_prompts"]
 
 
 @dataclass
@@ -62,6 +63,31 @@ def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
     return [int(i) for i in ids]
 
 
+def generate_new_ids(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[Any],
+    config: Any,
+    *,
+    batch_size: int = 8,
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> Iterator[list[list[int]]]:
+    """Each batch's generated token ids (prompt left out, padding and all): prompts rendered as GRPOTrainer renders
+    them, left-padded, sampled with ``config`` (a ``GenerationConfig``) on the model's device, without gradients."""
+    import torch
+
+    device = next(model.parameters()).device
+    pad = config.pad_token_id
+    for start in range(0, len(prompts), batch_size):
+        rendered = tokenize_generation_prompts(tokenizer, prompts[start : start + batch_size], chat_template_kwargs)
+        width = max(len(r) for r in rendered)
+        input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rendered], device=device)
+        attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rendered], device=device)
+        with torch.no_grad():
+            out = model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config)
+        yield out[:, width:].tolist()
+
+
 def probe_lengths(
     model: Any,
     tokenizer: Any,
@@ -99,7 +125,6 @@ def probe_lengths(
         pad_token_id=pad,
         eos_token_id=eos,
     )
-    device = next(model.parameters()).device
     torch.manual_seed(seed)
     was_training = model.training
     model.eval()
@@ -109,14 +134,9 @@ def probe_lengths(
     eos_set = set(eos)
     bar = tqdm(total=len(prompts), unit="prompt", desc="probe-lengths", file=sys.stderr, disable=not progress)
     try:
-        for start in range(0, len(prompts), batch_size):
-            rendered = tokenize_generation_prompts(tokenizer, prompts[start : start + batch_size], kwargs)
-            width = max(len(r) for r in rendered)
-            input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rendered], device=device)
-            attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rendered], device=device)
-            with torch.no_grad():
-                out = model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config)
-            for row in out[:, width:].tolist():
+        for batch in generate_new_ids(model, tokenizer, prompts, config, batch_size=batch_size,
+                                      chat_template_kwargs=kwargs):  # fmt: skip
+            for row in batch:
                 end = next((i for i, t in enumerate(row) if t in eos_set), None)
                 if end is None:
                     lengths.append(len(row))
@@ -126,7 +146,7 @@ def probe_lengths(
                 else:
                     lengths.append(end + 1)
                     hit_cap.append(False)
-            bar.update(len(rendered))
+            bar.update(len(batch))
             bar.set_postfix(at_cap=sum(hit_cap), refresh=False)
     finally:
         bar.close()
