@@ -48,7 +48,11 @@ def test_rollouts_list_takes_the_run_after_the_action(tmp_path: Path, capsys: py
     assert "invalid choice" not in out.err
 
 
-@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["rollouts", "--help"], ["preflight", "--help"]])
+@pytest.mark.parametrize(
+    "argv",
+    [["--version"], ["--help"], ["rollouts", "--help"], ["preflight", "--help"], ["audit-rewards", "--help"],
+     ["probe-lengths", "--help"], ["report", "--help"], ["check-template", "--help"], ["drift", "--help"]],
+)  # fmt: skip
 def test_version_and_help_never_import_torch(argv: list[str]) -> None:
     """Issue 23 #4: printing a version or a usage must not pay torch/transformers' import (6-8 s before)."""
     code = (

@@ -8,8 +8,9 @@ import signal
 import sys
 
 # Subcommand modules under rl_guards.cli; each defines register(subparsers) -> None.
-COMMAND_MODULES: list[str] = ["grpo", "check_template", "preflight", "probe_lengths", "rollouts", "drift", "report"]
-COMMAND_MODULES.append("audit")  # rl-guards audit-rewards
+COMMAND_MODULES: list[str] = [
+    "grpo", "check_template", "preflight", "probe_lengths", "rollouts", "drift", "report", "audit",
+]  # fmt: skip
 ROLLOUT_ACTIONS = ("list", "show", "compare")
 
 
