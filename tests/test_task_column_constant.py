@@ -7,12 +7,14 @@ warns once with the column, its value counts and the fix, and its single-task tw
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytest
 
 import rl_guards
 from rl_guards.core.task_labels import constant_task_column
+from rl_guards.guards.base import RLGuardsWarning
 from rl_guards.guards.task_rewards import TaskRewardMonitor
 from rl_guards.testing import make_dataset
 from rl_guards.testing.rewards import arith_correct, echo_match
@@ -92,3 +94,23 @@ def test_grpo_run_on_one_task_with_a_constant_column_is_silent(make_grpo_trainer
     run = rl_guards.install(trainer, guards=[TaskRewardMonitor])
     trainer.train()
     assert run.findings == []
+
+
+@pytest.mark.parametrize("drop_task", [False, True])
+def test_label_like_metadata_under_other_names_is_a_note_not_a_warning(make_grpo_trainer: Any, drop_task: bool) -> None:
+    """A single-task dataset's metadata (a language, a license) has few values on a fair share of the rows, as task
+    labels do; without a task-like column name that is no evidence of lost tasks: a note, no finding, no warning."""
+    data = make_dataset(n_per_task=80, tasks=("arith",))
+    data = data.add_column("language", [("en", "zh", "fr")[i % 3] for i in range(len(data))])
+    data = data.add_column("license", [("mit", "apache-2.0")[i % 2] for i in range(len(data))])
+    if drop_task:  # no task column at all: the same columns would have been suggested as the task column
+        data = data.remove_columns("task")
+    trainer = make_grpo_trainer(train_dataset=data, max_steps=1, reward_funcs=[arith_correct])
+    run = rl_guards.install(trainer, guards=[TaskRewardMonitor])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RLGuardsWarning)
+        trainer.train()
+    assert run.findings == []
+    kind = "task_column_missing" if drop_task else "task_column_constant"
+    note = run.session.notes[("tasks", kind)]
+    assert "'language'" in note or "'license'" in note

@@ -64,8 +64,14 @@ class TaskLabels:
 
 TASK_LIKE_NAMES: tuple[str, ...] = (
     "category", "source", "data_source", "domain", "type", "subject", "dataset", "task_type", "skill", "topic",
-    "difficulty", "level", "split", "env", "environment",
+    "difficulty", "level", "split", "env", "environment", "subset", "task_name", "benchmark",
 )  # fmt: skip
+
+
+def task_like_name(column: str) -> bool:
+    """A column name people give task labels (``category``, ``data_source``, ...): the evidence a warning needs,
+    since label-like values alone (``language``, ``license``, an answer type) also fit a single-task dataset."""
+    return column.lower() in TASK_LIKE_NAMES
 
 
 def task_column_candidates(
@@ -102,7 +108,7 @@ DOMINANT = 0.95  # a task column whose top value holds this share of the rows sa
 FAIR_SHARE = 0.02  # each of at least two values of a look-alike column holds this share of the rows (and 5 rows)
 
 
-def _not_task_name(column: str) -> bool:
+def not_task_column(column: str) -> bool:
     """A content or reference column by its name, or by its last part (``problem_id``, ``final_answer``)."""
     lowered = column.lower()
     return lowered in NOT_TASK_NAMES or lowered.replace("-", "_").rsplit("_", 1)[-1] in NOT_TASK_NAMES
@@ -153,7 +159,7 @@ def constant_task_column(
     mine = [row for row, name in zip(rows, names, strict=True) if name == top]
     found: list[tuple[int, int, str, dict[str, int]]] = []
     for column in columns:
-        if column == task_column or _not_task_name(column) or column.lower() in ORDINAL_NAMES:
+        if column == task_column or not_task_column(column) or column.lower() in ORDINAL_NAMES:
             continue
         labels = _label_like([row.get(column) for row in mine], max_values)
         if labels is not None:

@@ -5,27 +5,41 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from rl_guards.core.batch import RolloutBatch
-from rl_guards.core.task_labels import constant_task_column, task_column_candidates
+from rl_guards.core.task_labels import constant_task_column, not_task_column, task_column_candidates, task_like_name
 from rl_guards.core.task_stats import task_stats
 from rl_guards.guards.base import Guard, Reporter
 
 SAMPLE_ROWS = 2000  # dataset rows read at train start to name task-like columns (spread over the dataset)
 
 
-def _sample_rows(dataset: Any, limit: int) -> list[dict[str, Any]] | None:
+def _sample_rows(dataset: Any, limit: int, keep: str) -> list[dict[str, Any]] | None:
     """Up to ``limit`` rows spread evenly over a sized dataset (a dataset sorted by source shows every source),
-    else its first ``limit`` rows; None when it cannot be read here."""
+    else its first ``limit`` rows; None when it cannot be read here. Only the string columns (and ``keep``) are
+    read where the dataset declares its features: task labels are strings, and images or audio cost a decode."""
     try:
-        n = len(dataset)
-    except TypeError:
-        n = None
-    try:
+        features = getattr(dataset, "features", None) or {}
+        text = [c for c, f in features.items() if c == keep or getattr(f, "dtype", None) in ("string", "large_string")]
+        if features and hasattr(dataset, "select_columns"):
+            if not text:
+                return []
+            dataset = dataset.select_columns(text)
+        try:
+            n = len(dataset)
+        except TypeError:
+            n = None
         if n is not None and n > limit and hasattr(dataset, "select"):
             picked = dataset.select([i * n // limit for i in range(limit)])
             return [row for row in picked if isinstance(row, dict)]
         return [row for _, row in zip(range(limit), dataset, strict=False) if isinstance(row, dict)]
     except Exception:
         return None
+
+
+def _rows_in(dataset: Any) -> int:
+    try:
+        return len(dataset)
+    except TypeError:
+        return 0
 
 
 def _counts_text(counts: dict[str, int], shown: int = 6) -> str:
@@ -71,14 +85,14 @@ class TaskRewardMonitor(Guard):
         columns = list(getattr(dataset, "column_names", None) or [])
         if not columns:
             return
-        rows = _sample_rows(dataset, SAMPLE_ROWS)
-        if rows is None:  # a streaming dataset that cannot be read here: nothing to suggest
+        rows = _sample_rows(dataset, SAMPLE_ROWS, self.guards_config.tasks.task_column)
+        if not rows:  # a streaming dataset that cannot be read here: nothing to suggest
             return
         config = self.guards_config.tasks
         if config.task_column in columns:
             self._constant_column(rows, columns, report)
             return
-        exclude = ("prompt", "completion", "messages", "answer", "solution", "enable_thinking")
+        exclude = tuple(c for c in columns if not_task_column(c))
         candidates = task_column_candidates(rows, columns, max_values=config.max_tasks, exclude=exclude)
         if not candidates:
             return
@@ -86,12 +100,15 @@ class TaskRewardMonitor(Guard):
             f"{column!r} ({len(values)} values: {', '.join(map(repr, values[:5]))}{', ...' if len(values) > 5 else ''})"
             for column, values in candidates[:3]
         )
-        report.notice(
-            "task_column_missing",
+        message = (
             f"the dataset has no {config.task_column!r} column, so every per-task metric (reward, pass rate, dead "
             f"groups) is for one task {config.default_task!r}. Columns that look like task labels: {shown}. "
-            f"Fix: set tasks.task_column: {candidates[0][0]} (or rename the column to {config.task_column!r}).",
+            f"Fix: set tasks.task_column: {candidates[0][0]} (or rename the column to {config.task_column!r})."
         )
+        if task_like_name(candidates[0][0]):
+            report.notice("task_column_missing", message)
+        else:  # label-like values under another name (a language, a license): worth a line, not a warning
+            report.note("task_column_missing", message + " If the rows are one task, nothing to do.")
 
     def _constant_column(self, rows: list[dict[str, Any]], columns: list[str], report: Reporter) -> None:
         config = self.guards_config.tasks
@@ -103,18 +120,24 @@ class TaskRewardMonitor(Guard):
         counts, candidates = found
         n = len(rows)
         top, top_count = next(iter(counts.items()))
-        says = f"{top!r} on {top_count / n:.0%} of {n} rows" + (
-            f" ({', '.join(f'{k!r} {v}' for k, v in list(counts.items())[1:4])} on the rest)" if len(counts) > 1 else ""
-        )
-        shown = "; ".join(f"{column!r} ({_counts_text(labels)})" for column, labels in candidates[:3])
-        column = candidates[0][0]
-        report.notice(
-            "task_column_constant",
-            f"the task column {config.task_column!r} says one task ({says}{', sampled' if n == SAMPLE_ROWS else ''}), "
+        rest = dict(list(counts.items())[1:])
+        says = f"{top!r} on {top_count / n:.0%} of {n} rows"
+        if rest:
+            says += f" ({_counts_text(rest, 3)} on the rest)"
+        sampled = ", sampled" if n < _rows_in(self.ctx.train_dataset) else ""
+        named = [(column, labels) for column, labels in candidates if task_like_name(column)]
+        shown = "; ".join(f"{column!r} ({_counts_text(labels)})" for column, labels in (named or candidates)[:3])
+        column = (named or candidates)[0][0]
+        message = (
+            f"the task column {config.task_column!r} says one task ({says}{sampled}), "
             f"so every per-task metric (reward, pass rate, dead groups, drift) is for that one task, while other "
             f"columns look like the real task labels: {shown}. Fix: set tasks.task_column: {column} (or fill "
-            f"{config.task_column!r} from it); if the rows really are one task, ignore this.",
+            f"{config.task_column!r} from it); if the rows really are one task, ignore this."
         )
+        if named:
+            report.notice("task_column_constant", message)
+        else:  # label-like values under another name (a language, a license): worth a line, not a warning
+            report.note("task_column_constant", message)
 
     def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
         for task, s in task_stats(batch).items():
