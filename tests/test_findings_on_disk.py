@@ -34,11 +34,11 @@ def test_findings_are_appended_as_they_happen_and_read_back_per_kind(tmp_path: P
     with pytest.warns(UserWarning):
         warn.violation("stray_close", "2 stray </think> at step 3")
     assert [(r["type"], r.get("kind"), r.get("count")) for r in _lines(folder)] == [
-        ("begin", None, None), ("finding", "stray_close", 1), ("finding", "stray_close", 1)
-    ]  # fmt: skip
+        ("begin", None, None), ("finding", "stray_close", 1)
+    ]  # fmt: skip  (the first finding once: the begin record carries only the counts restored before the start)
     for step in range(4, 40):  # the same kind every step: a few lines (powers of two), not one per step
         session.reporter("think_tags", GuardConfig(mode="warn"), step).violation("stray_close", f"again at {step}")
-    assert len(_lines(folder)) == 3 + 5  # counts 2, 4, 8, 16, 32
+    assert len(_lines(folder)) == 2 + 5  # counts 2, 4, 8, 16, 32
     file.snapshot()  # the end of training: exact counts
     log = load_findings(find_findings_file(tmp_path))
     assert log.stop is None and log.bad_lines == 0
@@ -65,6 +65,29 @@ def test_findings_are_appended_as_they_happen_and_read_back_per_kind(tmp_path: P
     FindingsFile(resumed, lambda: folder).begin(20)
     log = load_findings(find_findings_file(tmp_path))
     assert log.stop is None and {f["kind"]: f["count"] for f in log.findings} == {"post_eos": 1, "stray_close": 37}
+
+
+def test_a_stop_found_elsewhere_is_on_disk_once(tmp_path: Path) -> None:
+    """A stop this process has no finding for (decided on another rank, or a guard that raised its own error) still
+    gets its stop record; a stop that a raise-mode finding already recorded is not written twice."""
+    folder = tmp_path / "rl_guards" / "rollouts"
+    session = GuardSession()
+    file = FindingsFile(session, lambda: folder)
+    file.begin(0)
+    file.stop(GuardError("[rl_guards/masking] post_eos\n(stopped on another rank; this rank stops with it)",
+                         guard="masking", step=5), 5)  # fmt: skip
+    log = load_findings(find_findings_file(tmp_path))
+    assert log.stop is not None and (log.stop["guard"], log.stop["step"]) == ("masking", 5)
+    assert "another rank" in log.stop["message"]
+
+    other = tmp_path / "b" / "rl_guards" / "rollouts"
+    session = GuardSession()
+    file = FindingsFile(session, lambda: other)
+    file.begin(0)
+    with pytest.raises(GuardError) as raised:
+        session.reporter("masking", GuardConfig(mode="raise"), 7).violation("post_eos", "loss after EOS")
+    file.stop(raised.value, 7)
+    assert [r["type"] for r in _lines(other)].count("stop") == 1
 
 
 def test_a_findings_file_that_cannot_be_written_never_stops_the_run(tmp_path: Path, caplog: Any) -> None:

@@ -32,12 +32,15 @@ class FindingsFile:
         self.begin_step: int | None = None
         self._begun = False  # the begin record (and the restored counts) is written
         self._said: set[tuple[str, str]] = set()  # kinds whose message is on disk
+        self._restored: set[tuple[str, str]] = set()  # kinds counted before this start (a resume): the begin record's
+        self._stopped = False  # a stop record is on disk
         self._failed = False
         session.listeners.append(self.on_finding)
 
     def begin(self, step: int) -> None:
         """Training starts at ``step``: where the file already exists, say so now (readers forget older lines)."""
         self.begin_step = int(step)
+        self._restored = set(self.session.counts)
         try:
             exists = (self.folder() / FINDINGS_FILE).is_file()
         except Exception:  # no folder to write to: said at the first write
@@ -57,10 +60,19 @@ class FindingsFile:
         if finding.message:
             self._said.add(key)
         if finding.severity == "error":  # raise mode: this finding stops the run
-            self._write(
-                {"type": "stop", "guard": finding.guard, "kind": finding.kind, "step": finding.step,
-                 "message": finding.message, "time": time.time()}
-            )  # fmt: skip
+            self._write_stop(finding.guard, finding.kind, finding.step, finding.message)
+
+    def stop(self, error: Exception, step: int | None) -> None:
+        """The run stops with ``error``: its stop record, unless a finding of this process already wrote one (a
+        stop decided on another rank, or a guard that raised its own error, records no finding here)."""
+        if not self._stopped:
+            guard = getattr(error, "guard", "") or "rl_guards"
+            self._write_stop(guard, "", getattr(error, "step", None) if step is None else step, str(error))
+
+    def _write_stop(self, guard: str, kind: str, step: int | None, message: str) -> None:
+        self._stopped = True
+        self._write({"type": "stop", "guard": guard, "kind": kind, "step": step, "message": message,
+                     "time": time.time()})  # fmt: skip
 
     def snapshot(self) -> None:
         """Every kind's current count (the end of training): exact counts on disk."""
@@ -80,7 +92,7 @@ class FindingsFile:
         self._begun = True
         self._write({"type": "begin", "step": self.begin_step, "time": time.time()})
         kept = {(f.guard, f.kind): f.message for f in self.session.findings}  # restored by a resume
-        for key in sorted(self.session.counts):
+        for key in sorted(self._restored):  # a kind found since then gets its own line from on_finding
             self._write(self._record(key, kept.get(key, ""), None))
             if kept.get(key):
                 self._said.add(key)

@@ -922,6 +922,12 @@ class GuardRun(TrainerCallback):
         """The error this rank raises: its own, else the stopping rank's, message and all (ranks that stop only
         because another did would otherwise fail first with a message that says nothing). Collective: every rank
         that stops calls it, and when one stops all do."""
+        error = self._stop_error(own, agreed)
+        if self.findings_file is not None:  # on disk whichever rank found it
+            self.findings_file.stop(error, agreed.step)
+        return error
+
+    def _stop_error(self, own: GuardError | None, agreed: GuardError) -> GuardError:
         if self.ctx.world_size <= 1 or not collectives.distributed():
             return own or agreed
         texts = collectives.all_gather_objects(None if own is None else (own.guard, str(own)))
