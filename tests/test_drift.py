@@ -205,3 +205,24 @@ def test_probe_set_comes_from_the_eval_set_when_there_is_one(make_grpo_trainer: 
     guard = run.guard("drift")
     assert guard.source == "eval" and sorted(guard.tasks) == ["arith", "arith", "echo", "echo"]
     assert guard.baseline and set(guard.baseline) == {"arith", "echo"}
+
+
+@pytest.mark.parametrize(
+    ("means", "expected"),
+    [
+        ([0.0], None),
+        ([0.0, 1.0], None),  # one batch against one other: noise at a few rows a batch, the probe rewards decide
+        ([0.0, 1.0, 1.0], None),
+        ([0.0, 0.2, 0.8, 1.0], (0.1, 0.9)),  # two batches a half
+        ([0.0] * 6 + [1.0] * 6, (0.0, 1.0)),
+    ],
+)
+def test_the_training_reward_rise_needs_two_batches_a_half(means: list[float], expected: Any) -> None:
+    from rl_guards.config import GuardsConfig
+
+    guard = DriftGuard(GuardsConfig.from_dict({"drift": {"reward_window": 4}}))
+    guard.reward_start["t"] = means[:4]
+    guard.reward_recent["t"] = means[-4:]
+    guard.reward_batches["t"] = len(means)
+    got = guard._train_reward("t")
+    assert got == expected if expected is None else got == pytest.approx(expected)

@@ -306,7 +306,7 @@ class DriftGuard(Guard):
         """The task's mean training reward over its first and its last ``reward_window`` train batches; before
         there are twice as many, over the first and the last half of those seen (two windows that overlapped
         would compare a batch with itself: a checkpoint early in the run would never see the reward rise). None
-        before two batches."""
+        before two batches a half (then the probe completions' rewards at baseline and now decide)."""
         start, recent = self.reward_start.get(task), self.reward_recent.get(task)
         if not start or not recent:
             return None
@@ -314,7 +314,7 @@ class DriftGuard(Guard):
         # a state saved before the count was kept: exact while the first window fills, else taken as full
         seen = self.reward_batches.get(task, len(start) if len(start) < window else 2 * window)
         k = min(window, seen // 2, len(start), len(recent))
-        if k == 0:
+        if k < min(2, window):  # one batch against one other is noise at a few rows a batch: the probe rewards
             return None
         return sum(start[:k]) / k, sum(recent[-k:]) / k
 
