@@ -40,16 +40,14 @@ from rl_guards.core.probes import (
     PREFIX,
     SUFFIX,
     THINKING,
-    TOLD,
     Pair,
     ProbeFinding,
     Variant,
     assess,
-    bisect_cut,
     compose,
     cut_variants,
+    narrow_prefix,
     plan,
-    prefix_detail,
     quorum,
     reference_pairs,
     split,
@@ -685,21 +683,15 @@ def _bisect(f: _Fn, finding: ProbeFinding, row: AuditRow, pairs: list[Pair], thi
     pair = next((p for p in pairs if p.name == finding.pair), None)
     if pair is None:
         return finding
-    good0, bad0 = finding.scores
-
-    def told(k: int) -> bool:
-        good, bad = _score(f, row, list(cut_variants(pair, k, thinks=thinks, markup=MARKUP)))
-        return good is not None and bad is not None and abs(good - bad) >= TOLD * abs(good0 - bad0)
+    def scores_at(k: int) -> list[float | None]:
+        return _score(f, row, list(cut_variants(pair, k, thinks=thinks, markup=MARKUP)))
 
     try:
-        seen, blind = bisect_cut(told, *finding.cut)
-    except (Exception, CallTimeout):
+        return narrow_prefix(finding, scores_at)
+    except CallTimeout:  # a BaseException: the core's narrowing lets it through
         return finding
-    return ProbeFinding(PREFIX, prefix_detail(good0, bad0, seen, blind), pair=finding.pair, cut=(seen, blind),
-                        scores=finding.scores)
 
 
-# ----- speed ------------------------------------------------------------------------------------------------------
 def _speed(f: _Fn, batch_size: int, slow_step_s: float) -> None:
     if not f.latencies:
         return

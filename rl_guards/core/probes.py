@@ -337,6 +337,24 @@ def bisect_cut(told: Callable[[int], bool], seen: int, blind: int, *, rounds: in
     return seen, blind
 
 
+def narrow_prefix(finding: ProbeFinding, scores_at: Callable[[int], Sequence[float | None]]) -> ProbeFinding:
+    """A prefix finding with its cut narrowed by :func:`bisect_cut`; ``scores_at(k)``: the function's scores of the
+    finding's pair (right, wrong) cut at ``k``. Told apart: the gap is at least ``TOLD`` of the uncut one. A function
+    that cannot score a cut keeps the estimate from the lengths tried."""
+    good0, bad0 = finding.scores
+
+    def told(k: int) -> bool:
+        good, bad = scores_at(k)
+        return good is not None and bad is not None and abs(good - bad) >= TOLD * abs(good0 - bad0)
+
+    try:
+        seen, blind = bisect_cut(told, *finding.cut)
+    except Exception:
+        return finding
+    detail = prefix_detail(good0, bad0, seen, blind)
+    return ProbeFinding(PREFIX, detail, pair=finding.pair, cut=(seen, blind), scores=finding.scores)
+
+
 def prefix_detail(good0: float, bad0: float, seen: int, blind: int) -> str:
     """The message of a prefix finding."""
     return (

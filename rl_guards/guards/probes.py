@@ -23,18 +23,16 @@ from rl_guards.core.probes import (
     SCORED,
     SUFFIX,
     THINKING,
-    TOLD,
     Assessment,
     Pair,
     ProbeFinding,
     assess,
-    bisect_cut,
     cut_variants,
     decode,
     encode,
     first_pass,
+    narrow_prefix,
     plan,
-    prefix_detail,
     quorum,
     recognised,
     reference_pairs,
@@ -517,12 +515,11 @@ class RewardProbeGuard(Guard):
         inputs, prompts, completions, _, state = _reward_inputs(batch, held)
         local = held.index(row)
         columns = {k: v for k, v in inputs[local].items() if k not in ("prompt", "completion", "completion_ids")}
-        good0, bad0 = finding.scores
         fn = next(f for i, _, f in self.functions() if i == index)
         cache = self._cache.setdefault((index, batch.group_of(row)), {})  # shared with the probe's own scores
         calls = 0
 
-        def told(k: int) -> bool:
+        def scores_at(k: int) -> list[float | None]:
             nonlocal calls
             texts = list(cut_variants(pair, k, thinks=thinks, markup=markup, prompt_opened=opened))
             todo = [t for t in texts if t not in cache]
@@ -530,15 +527,9 @@ class RewardProbeGuard(Guard):
                 fresh = self._score(fn, todo, prompts[local], completions[local], columns, state)
                 cache.update(zip(todo, fresh, strict=True))
                 calls += len(todo)
-            good, bad = (cache[t] for t in texts)
-            return good is not None and bad is not None and abs(good - bad) >= TOLD * abs(good0 - bad0)
+            return [cache[t] for t in texts]
 
-        try:
-            seen, blind = bisect_cut(told, *finding.cut)
-        except Exception:  # the function cannot score these: keep the estimate from the lengths tried
-            return finding, calls
-        detail = prefix_detail(good0, bad0, seen, blind)
-        return ProbeFinding(PREFIX, detail, pair=finding.pair, cut=(seen, blind), scores=finding.scores), calls
+        return narrow_prefix(finding, scores_at), calls
 
     def _variants_of(self, name: str, variants: list[Any], *, later: bool) -> list[Any]:
         """The variants probing function ``name``: all of them, except on a later probe, where the reference pairs
