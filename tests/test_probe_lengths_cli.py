@@ -29,7 +29,10 @@ def _yaml(tmp_path: Path, **fields: Any) -> Path:
     return path
 
 
-def test_reads_the_grpo_yaml(tiny: TinySetup, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("section", ["guards", "rl_guards"])  # the two names rl-guards grpo takes the section under
+def test_reads_the_grpo_yaml(
+    tiny: TinySetup, tmp_path: Path, capsys: pytest.CaptureFixture[str], section: str
+) -> None:
     config = _yaml(
         tmp_path,
         model_name_or_path=tiny.model_dir,
@@ -38,7 +41,7 @@ def test_reads_the_grpo_yaml(tiny: TinySetup, tmp_path: Path, capsys: pytest.Cap
         chat_template_kwargs={"enable_thinking": False},
         reward_funcs=["accuracy_reward"],
         output_dir=str(tmp_path / "out"),
-        guards={"think_tags": {"mode": "warn"}},  # rl-guards grpo's section: ignored here
+        **{section: {"think_tags": {"mode": "warn"}}},  # rl-guards grpo's section: ignored here
     )
     out = tmp_path / "probe.json"
     code = main(["probe-lengths", str(config), "--samples", "5", "--device", "cpu", "--dtype", "float32",

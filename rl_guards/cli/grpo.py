@@ -30,8 +30,7 @@ from typing import Any
 
 from rl_guards.config import GuardsArguments, GuardsConfig
 from rl_guards.errors import GUARD_STOP_EXIT_CODE, ConfigError, GuardError
-
-GUARDS_KEYS = ("guards", "rl_guards")  # the YAML section TRL must not see
+from rl_guards.trl.script_args import GUARDS_KEYS
 
 
 def register(subparsers: Any) -> None:

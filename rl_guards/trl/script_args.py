@@ -13,7 +13,8 @@ from typing import Any
 
 from rl_guards.errors import ConfigError
 
-RL_GUARDS_KEYS = ("guards", "guards_config", "guards_set")  # what an ``rl-guards grpo`` YAML adds to TRL's keys
+GUARDS_KEYS = ("guards", "rl_guards")  # the guards section of an ``rl-guards grpo`` YAML, which TRL must not see
+RL_GUARDS_KEYS = (*GUARDS_KEYS, "guards_config", "guards_set")  # every key that YAML adds to TRL's
 
 
 def grpo_parser(extra: tuple[Any, ...] = (), prog: str | None = None) -> Any:
@@ -119,6 +120,7 @@ def load_script_parts(script_args: Any, training_args: Any, dataset_args: Any) -
 
 
 __all__ = [
+    "GUARDS_KEYS",
     "RL_GUARDS_KEYS",
     "grpo_parser",
     "load_reward_funcs",
