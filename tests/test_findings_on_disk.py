@@ -79,6 +79,9 @@ def test_a_stop_found_elsewhere_is_on_disk_once(tmp_path: Path) -> None:
     log = load_findings(find_findings_file(tmp_path))
     assert log.stop is not None and (log.stop["guard"], log.stop["step"]) == ("masking", 5)
     assert "another rank" in log.stop["message"]
+    from rl_guards.rollouts.report import collect, render_html
+
+    assert "Stopped by masking at step 5" in render_html(collect(tmp_path))  # no kind known here: the guard alone
 
     other = tmp_path / "b" / "rl_guards" / "rollouts"
     session = GuardSession()

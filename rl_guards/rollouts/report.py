@@ -478,7 +478,8 @@ def _findings_section(log: FindingsLog) -> str:
     if log.stop is not None:
         stop = log.stop
         parts.append(
-            f'<div class="stop" id="stop"><h2>Stopped by {esc(stop["guard"])}/{esc(stop["kind"])} at step '
+            f'<div class="stop" id="stop"><h2>Stopped by {esc(stop["guard"])}{"/" if stop["kind"] else ""}'
+            f'{esc(stop["kind"])} at step '
             f"{esc(str(stop['step']))}</h2>{_pre(stop['message'][:FINDING_CHARS])}</div>"
         )
     parts.append('<h2 id="findings">Findings</h2>')
