@@ -78,7 +78,7 @@ def main() -> None:
     )
 
     from rl_guards.guards.registry import BATCH_GUARDS
-    from rl_guards.trl import collectives
+    from rl_guards.tensors import collectives
     from rl_guards.trl.hook import GuardRun
 
     tokenizer = load_tokenizer()

@@ -3,7 +3,7 @@
 For each (rows, prompt length, completion length): a synthetic rollout batch laid out as GRPOTrainer lays it out
 (prompts left-padded, completions right-padded and cut after a random EOS, some rows truncated), then
 
-- ``check``: :func:`rl_guards.trl.grpo_masks.check_grpo_batch` (every rule, one host transfer);
+- ``check``: :func:`rl_guards.tensors.grpo_masks.check_grpo_batch` (every rule, one host transfer);
 - ``check+tools``: the same with a ``tool_mask`` and tool-result markers;
 - ``guard``: ``GRPOMaskGuard.check_tensors`` as the hook calls it (check, metrics; clean batch, no message);
 - ``forward``: ``model(prompt+completion, attention_mask)`` under ``torch.no_grad()`` (what TRL does at least
@@ -28,8 +28,9 @@ from _timing import best_ms
 
 from rl_guards.config import GuardsConfig
 from rl_guards.guards.base import GuardSession, RunContext
+from rl_guards.guards.masks import GRPOMaskGuard
+from rl_guards.tensors.grpo_masks import check_grpo_batch, grpo_mask_flags, grpo_mask_row_kinds
 from rl_guards.testing import build_model, build_tokenizer
-from rl_guards.trl.grpo_masks import GRPOMaskGuard, check_grpo_batch, grpo_mask_flags, grpo_mask_row_kinds
 
 SHAPES = [  # rows, prompt length, completion length
     (8, 32, 16),

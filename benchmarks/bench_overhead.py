@@ -635,7 +635,7 @@ class TransferCounter(TorchFunctionMode):
 
 def section_sync() -> bool:
     """Prints the counts; True when no count grows with the rows."""
-    from rl_guards.trl.grpo_masks import GRPOMaskGuard
+    from rl_guards.guards.masks import GRPOMaskGuard
 
     print("\n## Host-device transfers per batch (torch calls counted with a TorchFunctionMode)\n")
     print(

@@ -137,7 +137,7 @@ class SyncCounter:
 def time_mask_check(torch: Any, tokenizer: Any, shapes: str) -> None:
     from bench_masks import make_batch
 
-    from rl_guards.trl.grpo_masks import check_grpo_batch
+    from rl_guards.tensors.grpo_masks import check_grpo_batch
 
     if not shapes:
         return

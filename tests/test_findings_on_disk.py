@@ -14,10 +14,10 @@ import pytest
 
 import rl_guards
 from rl_guards.config import GuardConfig
+from rl_guards.engine.findings_file import FindingsFile
 from rl_guards.errors import GuardError
 from rl_guards.guards.base import GuardSession
 from rl_guards.rollouts.findings import FINDINGS_FILE, find_findings_file, load_findings
-from rl_guards.trl.findings_file import FindingsFile
 
 
 def _lines(folder: Path) -> list[dict[str, Any]]:
@@ -34,7 +34,8 @@ def test_findings_are_appended_as_they_happen_and_read_back_per_kind(tmp_path: P
     with pytest.warns(UserWarning):
         warn.violation("stray_close", "2 stray </think> at step 3")
     assert [(r["type"], r.get("kind"), r.get("count")) for r in _lines(folder)] == [
-        ("begin", None, None), ("finding", "stray_close", 1)
+        ("begin", None, None),
+        ("finding", "stray_close", 1),
     ]  # fmt: skip  (the first finding once: the begin record carries only the counts restored before the start)
     for step in range(4, 40):  # the same kind every step: a few lines (powers of two), not one per step
         session.reporter("think_tags", GuardConfig(mode="warn"), step).violation("stray_close", f"again at {step}")

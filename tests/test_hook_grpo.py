@@ -217,9 +217,9 @@ def test_installing_twice_is_refused(make_grpo_trainer: Any) -> None:
 def test_constructor_callback_runs_the_start_checks(make_grpo_trainer: Any) -> None:
     from datasets import Dataset
 
+    from rl_guards.engine.start_checks import start_check_classes
     from rl_guards.errors import TemplateError
     from rl_guards.trl.callback import GuardsCallback
-    from rl_guards.trl.start_checks import start_check_classes
 
     prefilled = Dataset.from_dict(
         {

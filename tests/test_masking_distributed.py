@@ -20,7 +20,7 @@ WORKER = textwrap.dedent(
     from rl_guards.config import GuardsConfig
     from rl_guards.errors import MaskingError
     from rl_guards.guards.base import GuardSession, RunContext, run_hook
-    from rl_guards.trl.grpo_masks import GRPOMaskGuard
+    from rl_guards.guards.masks import GRPOMaskGuard
 
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])

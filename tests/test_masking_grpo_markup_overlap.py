@@ -14,8 +14,9 @@ from rl_guards.config import GuardsConfig
 from rl_guards.core import masks as M
 from rl_guards.errors import MaskingError
 from rl_guards.guards.base import GuardSession, RunContext, run_hook
+from rl_guards.guards.masks import GRPOMaskGuard
+from rl_guards.tensors.grpo_masks import check_grpo_batch
 from rl_guards.testing import build_tokenizer
-from rl_guards.trl.grpo_masks import GRPOMaskGuard, check_grpo_batch
 
 PAD, EOS = 0, 2
 OPEN, CLOSE, NL2 = 70, 71, 72  # <think>, </think>, "\n\n" of a synthetic template

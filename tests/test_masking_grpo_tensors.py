@@ -15,7 +15,8 @@ from rl_guards.config import GuardsConfig
 from rl_guards.core import masks as M
 from rl_guards.errors import MaskingError
 from rl_guards.guards.base import GuardSession, RunContext, run_hook
-from rl_guards.trl.grpo_masks import GRPOMaskGuard, check_grpo_batch, grpo_mask_flags, grpo_mask_row_kinds
+from rl_guards.guards.masks import GRPOMaskGuard
+from rl_guards.tensors.grpo_masks import check_grpo_batch, grpo_mask_flags, grpo_mask_row_kinds
 
 PAD, EOS, EOT = 0, 2, 3  # EOT: a second end-of-turn id (like Qwen's <|endoftext|> next to <|im_end|>)
 EOS_IDS = [EOS, EOT]

@@ -10,9 +10,11 @@ import pytest
 import torch
 
 import rl_guards
+from rl_guards.chat.tool_markers import tool_result_markers
 from rl_guards.core import masks as M
 from rl_guards.errors import MaskingError
-from rl_guards.trl.grpo_masks import GRPOMaskGuard, check_grpo_batch, tool_result_markers
+from rl_guards.guards.masks import GRPOMaskGuard
+from rl_guards.tensors.grpo_masks import check_grpo_batch
 
 RAISE = {"masking": {"mode": "raise"}}
 

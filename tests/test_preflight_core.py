@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from rl_guards.chat.length_probe import LengthProbe
 from rl_guards.core.lengths import summarize_lengths
 from rl_guards.core.preflight import (
     LOSS_AGGREGATION,
@@ -29,7 +30,6 @@ from rl_guards.core.preflight import (
     unified_diff,
     visible_whitespace,
 )
-from rl_guards.trl.length_probe import LengthProbe
 
 # ----- loss_type x scale_rewards -------------------------------------------------------------------------
 

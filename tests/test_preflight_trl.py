@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from datasets import Dataset
 
+from rl_guards.chat.preflight import build_preflight_report, template_fingerprint
 from rl_guards.config import GuardsConfig
 from rl_guards.core.preflight import TrainingChoices
 from rl_guards.errors import PreflightError
 from rl_guards.guards.base import GuardSession, RLGuardsWarning, RunContext
 from rl_guards.guards.preflight import PreflightGuard
 from rl_guards.testing import build_tokenizer, make_dataset, tiny_grpo_config
-from rl_guards.trl.preflight import build_preflight_report, template_fingerprint
 
 THINK_OFF = {"enable_thinking": False}
 OFF_SUFFIX = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
@@ -285,7 +285,7 @@ def test_cli_config_errors_exit_2(cli_dir: Path, capsys: pytest.CaptureFixture[s
 def test_rloo_config_gets_advice_only_about_its_own_settings(tokenizer: Any, train: Dataset, tmp_path: Path) -> None:
     from trl import GRPOConfig, RLOOConfig
 
-    from rl_guards.trl.preflight import build_preflight_report
+    from rl_guards.chat.preflight import build_preflight_report
 
     rloo = RLOOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
     report = build_preflight_report(rloo, tokenizer, train)

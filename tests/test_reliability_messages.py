@@ -13,6 +13,7 @@ import pytest
 from datasets import Dataset
 from test_tasks_guards import make_batch, run
 
+from rl_guards.chat.preflight import build_preflight_report
 from rl_guards.config import GuardsConfig
 from rl_guards.errors import DeadGradientError, RoutingError, ThinkMarkupError
 from rl_guards.guards.base import RunContext
@@ -21,7 +22,6 @@ from rl_guards.guards.routing import RoutingGuard
 from rl_guards.guards.think_tags import ThinkTagsGuard
 from rl_guards.rewards.stray_think import StrayThinkPenalty
 from rl_guards.testing import available_chat_templates, build_tokenizer, tiny_grpo_config
-from rl_guards.trl.preflight import build_preflight_report
 
 TYPO_ROUTES = {"routing": {"routes": {"maht": ["math_ok"], "code": ["code_ok"]}}}  # "math", misspelt
 

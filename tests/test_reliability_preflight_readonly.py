@@ -12,11 +12,11 @@ import yaml
 
 import rl_guards
 from rl_guards.cli.main import main
+from rl_guards.engine.start_checks import prepare_at_start_classes, start_check_classes, start_guards
 from rl_guards.guards.base import Guard
 from rl_guards.guards.registry import BATCH_GUARDS
 from rl_guards.rollouts.reader import RolloutStore
 from rl_guards.testing import make_dataset
-from rl_guards.trl.start_checks import prepare_at_start_classes, start_check_classes, start_guards
 
 
 def _files(root: Path) -> dict[str, bytes]:

@@ -15,9 +15,9 @@ from datasets import Dataset
 import rl_guards
 from rl_guards.cli.main import main
 from rl_guards.config import GuardsConfig
+from rl_guards.engine.start_checks import context_without_trainer, run_start_checks, start_check_classes
 from rl_guards.guards.base import GuardSession, RLGuardsWarning
 from rl_guards.trl.callback import GuardsCallback
-from rl_guards.trl.start_checks import context_without_trainer, run_start_checks, start_check_classes
 
 CONFIG = {"template": {"mode": "warn"}, "rollouts": {"wandb_rows_per_task": 0}}
 

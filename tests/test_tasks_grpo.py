@@ -159,7 +159,7 @@ def test_length_probe_cli_on_the_tiny_model(tiny: TinySetup, tmp_path: Path, cap
 def test_probe_lengths_measures_completions_that_end(tiny: TinySetup, tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
-    from rl_guards.trl.length_probe import load_prompts, probe_lengths
+    from rl_guards.chat.length_probe import load_prompts, probe_lengths
 
     jsonl = tmp_path / "prompts.jsonl"
     jsonl.write_text("\n".join(json.dumps({"prompt": p}) for p in make_dataset(n_per_task=4)["prompt"]))

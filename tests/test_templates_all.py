@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import trl
 
+from rl_guards.chat.template_check import PROBE_TEXT, check_template, probe_conversation
 from rl_guards.core.templates import (
     DOUBLE_OPEN,
     PREFILL_DUPLICATES_TEMPLATE,
@@ -24,7 +25,6 @@ from rl_guards.core.templates import (
 )
 from rl_guards.core.think_markup import GEMMA4, GPTOSS, THINK, ThinkMarkup, markup_for_template, prompt_opens_block
 from rl_guards.testing import build_tokenizer
-from rl_guards.trl.template_check import PROBE_TEXT, check_template, probe_conversation
 
 TEMPLATE_DIR = Path(trl.__file__).parent / "chat_templates"
 TEMPLATES = sorted(p.stem for p in TEMPLATE_DIR.glob("*.jinja"))

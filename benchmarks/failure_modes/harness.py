@@ -198,8 +198,8 @@ def length_probe_file() -> str:
 
     from transformers import Qwen3ForCausalLM
 
+    from rl_guards.chat.length_probe import probe_lengths
     from rl_guards.testing import make_dataset
-    from rl_guards.trl.length_probe import probe_lengths
 
     setup = tiny()
     if setup.model_dir in _PROBE:

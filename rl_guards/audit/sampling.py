@@ -27,15 +27,21 @@ def sample_completions(
     from tqdm import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-    from rl_guards.trl.length_probe import _eos_ids, generate_new_ids
+    from rl_guards.chat.length_probe import _eos_ids, generate_new_ids
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).to(device)
     model.eval()
     eos = _eos_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
-    config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=True, temperature=temperature, top_k=0,
-                              pad_token_id=pad, eos_token_id=eos)
+    config = GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        do_sample=True,
+        temperature=temperature,
+        top_k=0,
+        pad_token_id=pad,
+        eos_token_id=eos,
+    )
     torch.manual_seed(seed)
     todo = [row for row in rows for _ in range(samples)]
     bar = tqdm(total=len(todo), desc="audit: sampling", disable=None if progress else True, file=sys.stderr)

@@ -70,14 +70,14 @@ def load_tokenizer(source: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rl_guards.core.templates import RENDER_FAILED
-    from rl_guards.core.think_markup import MARKUPS
-    from rl_guards.trl.template_check import (
+    from rl_guards.chat.template_check import (
         PROBE_TEXT,
         check_template,
         probe_conversation,
         render_generation_prompts,
     )
+    from rl_guards.core.templates import RENDER_FAILED
+    from rl_guards.core.think_markup import MARKUPS
 
     try:
         tokenizer = load_tokenizer(args.source)

@@ -110,7 +110,7 @@ def read_config(path: str | Path) -> dict[str, Any]:
 
 def run(ns: argparse.Namespace) -> int:
     """Run the start-of-training checks and print them; 1 when training would stop, 2 when it cannot check."""
-    from rl_guards.trl.start_checks import run_start_checks
+    from rl_guards.engine.start_checks import run_start_checks
 
     try:
         data = read_config(ns.config)
@@ -150,8 +150,8 @@ def _guards_config(section: Any, ns: argparse.Namespace) -> GuardsConfig:
 
 def _trl_context(ns: argparse.Namespace, data: dict[str, Any]) -> tuple[Any, GuardsConfig, str]:
     """The run context from a ``trl grpo`` YAML: TRL's parser, TRL's dataset and reward-function loading."""
+    from rl_guards.engine.start_checks import context_without_trainer
     from rl_guards.trl.script_args import load_script_parts, parse_trl_yaml
-    from rl_guards.trl.start_checks import context_without_trainer
 
     section = data.pop("guards", None)
     guards = _guards_config(section, ns)
@@ -179,7 +179,7 @@ def _trl_context(ns: argparse.Namespace, data: dict[str, Any]) -> tuple[Any, Gua
 
 
 def _tokenizer(path: str) -> Any:
-    from rl_guards.trl.preflight import load_tokenizer
+    from rl_guards.chat.preflight import load_tokenizer
 
     return load_tokenizer(path)
 
@@ -195,7 +195,7 @@ def _preflight_overrides(guards: GuardsConfig, ns: argparse.Namespace, own: dict
 
 def _first_format_context(ns: argparse.Namespace, data: dict[str, Any]) -> tuple[Any, GuardsConfig, str]:
     """The run context from the first preflight format (GRPOConfig fields + dataset/tokenizer keys)."""
-    from rl_guards.trl.start_checks import context_without_trainer
+    from rl_guards.engine.start_checks import context_without_trainer
 
     own = {k: data.pop(k) for k in OWN_KEYS if k in data}
     guards = _guards_config(own.get("rl_guards"), ns)

@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rl_guards.trl.length_probe import probe_lengths
+    from rl_guards.chat.length_probe import probe_lengths
 
     try:
         plan = _plan(args)
@@ -117,7 +117,7 @@ def _one_line(exc: BaseException) -> str:
 def _plan(args: argparse.Namespace) -> dict[str, Any]:
     """What to probe: the YAML's settings, then the flags; prompts loaded. ConfigError / ValueError say what is
     missing or wrong."""
-    from rl_guards.trl.length_probe import load_prompts, pick_split, sample_prompts
+    from rl_guards.chat.length_probe import load_prompts, pick_split, sample_prompts
 
     plan: dict[str, Any] = {"model": None, "dtype": None, "chat_template_kwargs": None, "max_new_tokens": 1024,
                             "temperature": 1.0, "top_p": 1.0, "top_k": 0}  # fmt: skip

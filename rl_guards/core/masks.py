@@ -1,7 +1,7 @@
 """Loss masks, checked on plain lists: GRPO completion rows, SFT label rows, and a readable rendering of both.
 
 No torch here. The GRPO rules are written once as a per-row reference (:func:`check_completion_row`,
-:func:`check_prompt_row`); :mod:`rl_guards.trl.grpo_masks` applies the same rules vectorised on device tensors and
+:func:`check_prompt_row`); :mod:`rl_guards.tensors.grpo_masks` applies the same rules vectorised on device tensors and
 the tests hold the two to each other. The SFT rules (:func:`check_label_row`) run as they are in the collator
 wrapper, on the host.
 
@@ -316,8 +316,7 @@ def prompt_leak_verdicts(
     markup = {int(t) for t in markup_ids}
     lengths = [prompt_overlap_length(p, c) for p, c in zip(prompts, completions, strict=True)]
     certain = [
-        n if n >= 2 and any(int(t) in eos for t in c[: n - 1]) else 0
-        for n, c in zip(lengths, completions, strict=True)
+        n if n >= 2 and any(int(t) in eos for t in c[: n - 1]) else 0 for n, c in zip(lengths, completions, strict=True)
     ]
     b = len(lengths)
     suspected = [False] * b

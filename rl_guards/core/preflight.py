@@ -1,6 +1,6 @@
 """The start-of-training report: choices a GRPO run should make deliberately, checked on plain values.
 
-Pure: no torch / transformers. The TRL adapter (:mod:`rl_guards.trl.preflight`) reads the trainer, renders the
+Pure: no torch / transformers. The TRL adapter (:mod:`rl_guards.chat.preflight`) reads the trainer, renders the
 templates and calls :func:`build_report`. Each finding has a severity:
 
 - ``blocking``: the run would train on something other than what it evaluates (an eval path rendered with a

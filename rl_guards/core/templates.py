@@ -1,6 +1,6 @@
 """Rendered chat-template analysis: double think opens, prefills, ignored thinking flags, the empty-think block.
 
-Pure string work: the caller renders (``rl_guards.trl.template_check`` does it through GRPOTrainer's own path)
+Pure string work: the caller renders (``rl_guards.chat.template_check`` does it through GRPOTrainer's own path)
 and hands over the rendered strings. A think block is the span from an open tag to the next close tag; blocks
 never nest, so a prompt that ends with two unclosed opens is always wrong.
 

@@ -53,7 +53,7 @@ class PreflightGuard(Guard):
     def build_report(self) -> PreflightReport:
         """The report for the run in ``self.ctx`` (rendering goes through the trainer's own path)."""
         # The adapter only duck-types the tokenizer; imported here to keep this module framework-free.
-        from rl_guards.trl.preflight import build_report_from_context
+        from rl_guards.chat.preflight import build_report_from_context
 
         return build_report_from_context(self.ctx, self.config, task_column=self.guards_config.tasks.task_column)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from rl_guards.guards.base import Guard
 from rl_guards.guards.dead_groups import DeadGroupGuard
 from rl_guards.guards.drift import DriftGuard
+from rl_guards.guards.masks import GRPOMaskGuard
 from rl_guards.guards.preflight import PreflightGuard
 from rl_guards.guards.probes import RewardProbeGuard
 from rl_guards.guards.reward_errors import RewardErrorGuard
@@ -21,7 +22,6 @@ from rl_guards.guards.template import DoubleThinkGuard
 from rl_guards.guards.think_tags import ThinkTagsGuard
 from rl_guards.guards.truncation import TruncationGuard
 from rl_guards.rollouts.recorder import RolloutRecorder
-from rl_guards.trl.grpo_masks import GRPOMaskGuard
 
 BATCH_GUARDS: list[type[Guard]] = [
     PreflightGuard,

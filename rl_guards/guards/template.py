@@ -74,7 +74,7 @@ class DoubleThinkGuard(Guard):
         return prompts
 
     def _render_rows(self, prompts: list[Any]) -> list[RenderedPrompt]:
-        from rl_guards.trl.template_check import render_generation_prompts, render_histories
+        from rl_guards.chat.template_check import render_generation_prompts, render_histories
 
         ctx = self.ctx
         if ctx.render_prompts is not None and ctx.decode is not None:
@@ -100,7 +100,7 @@ class DoubleThinkGuard(Guard):
 
     def check(self) -> TemplateReport:
         """Render and analyse; no reporting."""
-        from rl_guards.trl.template_check import check_template
+        from rl_guards.chat.template_check import check_template
 
         prompts = self._dataset_prompts()
         rows = self._render_rows(prompts) if prompts else []

@@ -11,7 +11,7 @@ Records (``type``)::
 
 Each line is written with one ``os.write`` on a file opened for appending: a reader sees whole lines only (a kill
 can leave the last one cut: readers skip it, and the next record starts on a line of its own). No guard machinery
-here: the adapter's listener writes the records (:class:`rl_guards.trl.findings_file.FindingsFile`).
+here: the adapter's listener writes the records (:class:`rl_guards.engine.findings_file.FindingsFile`).
 """
 
 from __future__ import annotations

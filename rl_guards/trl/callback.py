@@ -5,7 +5,7 @@ A TrainerCallback never receives the trainer. At ``on_train_begin`` this one fin
 :func:`rl_guards.install`; the guards' own callback joins the handler and runs its start-of-training checks in the
 same event. When no trainer with TRL's rollout methods is found (a custom loop, a trainer that scores rollouts
 elsewhere), the start-of-training checks run (the same list and function as ``install()`` and ``rl-guards
-preflight``: :mod:`rl_guards.trl.start_checks`), and one warning names the guards that are off and the fix.
+preflight``: :mod:`rl_guards.engine.start_checks`), and one warning names the guards that are off and the fix.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from transformers import TrainerCallback
 
 from rl_guards.collators.trainer_metrics import calling_trainer
 from rl_guards.config import GuardsConfig
+from rl_guards.engine.start_checks import context_without_trainer, run_start_checks, start_guards
 from rl_guards.errors import ConfigError
 from rl_guards.guards.base import Guard, GuardSession, RLGuardsWarning
 from rl_guards.guards.registry import BATCH_GUARDS
-from rl_guards.trl.start_checks import context_without_trainer, run_start_checks, start_guards
 
 logger = logging.getLogger("rl_guards")
 

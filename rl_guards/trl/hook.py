@@ -52,6 +52,8 @@ from rl_guards.core.rng import forked_rng
 from rl_guards.core.run_summary import task_summary_text
 from rl_guards.core.task_labels import TaskLabels, task_hash, task_name
 from rl_guards.core.think_markup import prompts_open_block
+from rl_guards.engine.findings_file import FindingsFile
+from rl_guards.engine.start_checks import run_begin
 from rl_guards.errors import ConfigError, GuardError
 from rl_guards.guards.base import Finding, Guard, GuardSession, RLGuardsWarning, RunContext, run_hook
 from rl_guards.guards.registry import BATCH_GUARDS
@@ -59,10 +61,8 @@ from rl_guards.guards.think_tags import markup_from_config
 from rl_guards.rewards.callables import is_async_reward, trl_awaits_async_objects
 from rl_guards.rewards.row_errors import CatchRowErrors, RowErrorLog, catch_row_errors
 from rl_guards.rewards.slicing import drain_watched
-from rl_guards.trl import collectives
-from rl_guards.trl.findings_file import FindingsFile
+from rl_guards.tensors import collectives
 from rl_guards.trl.log_routing import SignalRouter
-from rl_guards.trl.start_checks import run_begin
 
 logger = logging.getLogger("rl_guards")
 

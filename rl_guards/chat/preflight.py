@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rl_guards.chat.template_check import is_conversational_prompt
 from rl_guards.config import PreflightConfig
 from rl_guards.core.preflight import (
     LengthProbeNumbers,
@@ -33,7 +34,6 @@ from rl_guards.core.preflight import (
     text_sha,
     visible_whitespace,
 )
-from rl_guards.trl.template_check import is_conversational_prompt
 
 logger = logging.getLogger("rl_guards")
 

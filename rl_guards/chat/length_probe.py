@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rl_guards.chat.template_check import tokenize_generation_prompts
 from rl_guards.core.lengths import LengthSummary, summarize_lengths
-from rl_guards.trl.template_check import tokenize_generation_prompts
 
 __all__ = ["LengthProbe", "generate_new_ids", "load_prompts", "pick_split", "probe_lengths", "sample_prompts"]
 

@@ -36,6 +36,15 @@ def all_reduce_ints(values: Sequence[int], op: str = "sum", device: Any = None) 
     return [int(v) for v in tensor.tolist()]
 
 
+def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+    """A tensor summed over every rank (a copy); the tensor itself without a process group."""
+    if not distributed():
+        return t
+    t = t.clone()
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM)
+    return t
+
+
 def all_gather_rows(local: torch.Tensor) -> torch.Tensor:
     """``[rows, k]`` on each rank -> ``[ranks * rows, k]`` (rank order) on every rank, on the tensor's device.
 

@@ -59,7 +59,7 @@ def render_prompts_like_trl(
     tokenizer: Any, chat_template_kwargs: dict[str, Any], chat_template: str | None = None
 ) -> Any:
     """A ``render_prompts`` for the context: prompts rendered and tokenized as GRPOTrainer renders rollouts."""
-    from rl_guards.trl.preflight import render_prompt_text
+    from rl_guards.chat.preflight import render_prompt_text
 
     def render(prompts: list[Any]) -> list[list[int]]:
         texts = [
