@@ -24,7 +24,8 @@ from _timing import best_ms
 from rl_guards.config import GuardsConfig
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.guards.base import GuardSession, RunContext
-from rl_guards.rollouts.recorder import MarkupSpec, RolloutRecorder, build_rollout_table, markup_spec
+from rl_guards.guards.recorder import RolloutRecorder, markup_spec
+from rl_guards.rollouts.store import MarkupSpec, build_rollout_table
 from rl_guards.testing import build_tokenizer
 
 SENTENCES = (

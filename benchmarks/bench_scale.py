@@ -177,7 +177,7 @@ def dump_figures(quick: bool) -> dict[str, float]:
 
     from rl_guards.config import GuardsConfig
     from rl_guards.guards.base import GuardSession
-    from rl_guards.rollouts.recorder import RolloutRecorder
+    from rl_guards.guards.recorder import RolloutRecorder
 
     tokenizer = load_tokenizer()
     batch = synthetic_batch(tokenizer, 1024, 1024)

@@ -5,6 +5,10 @@ from __future__ import annotations
 GUARD_STOP_EXIT_CODE = 3  # ``rl-guards grpo`` exit status when a guard stopped the run (1: a crash, 2: a bad config)
 
 
+class RLGuardsWarning(UserWarning):
+    """Warnings emitted by guards in ``mode: warn``."""
+
+
 class RLGuardsError(Exception):
     """Base class of every error rl_guards raises on purpose."""
 

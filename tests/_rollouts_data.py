@@ -8,7 +8,7 @@ from typing import Any
 from rl_guards.config import GuardsConfig
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.guards.base import GuardSession, Reporter, RunContext
-from rl_guards.rollouts.recorder import RolloutRecorder
+from rl_guards.guards.recorder import RolloutRecorder
 
 REWARD_NAMES = ["arith_correct", "echo_match"]
 

@@ -183,8 +183,8 @@ def test_metrics_reach_offline_wandb(make_grpo_trainer: Any, tmp_path: Path, mon
 
 
 def test_stopping_batch_is_dumped_for_the_post_mortem(make_grpo_trainer: Any, tmp_path: Path) -> None:
+    from rl_guards.guards.recorder import RolloutRecorder
     from rl_guards.rollouts.reader import RolloutStore
-    from rl_guards.rollouts.recorder import RolloutRecorder
 
     out = tmp_path / "stopped"
     trainer = make_grpo_trainer(max_steps=2, output_dir=str(out))

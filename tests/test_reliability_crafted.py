@@ -32,8 +32,8 @@ from rl_guards.guards.dead_groups import DeadGroupGuard
 from rl_guards.guards.task_rewards import TaskRewardMonitor
 from rl_guards.rollouts.drift_records import find_drift_dir, load_records
 from rl_guards.rollouts.reader import RolloutStore, UnreadableDumpError
-from rl_guards.rollouts.recorder import METADATA_KEY, step_file_name
 from rl_guards.rollouts.report import collect, write_report
+from rl_guards.rollouts.store import METADATA_KEY, step_file_name
 
 WRONG: dict[str, Any] = {
     "null": None,

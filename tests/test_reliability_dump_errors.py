@@ -19,7 +19,7 @@ import rl_guards
 from rl_guards.cli.main import main as cli
 from rl_guards.guards.base import RLGuardsWarning
 from rl_guards.rollouts.reader import RolloutStore
-from rl_guards.rollouts.recorder import INDEX_FILE, TOKENIZER_FILE
+from rl_guards.rollouts.store import INDEX_FILE, TOKENIZER_FILE
 
 MAX_STEPS = 3
 

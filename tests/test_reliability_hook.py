@@ -19,7 +19,7 @@ from rl_guards.core.run_summary import task_curves
 from rl_guards.errors import MaskingError
 from rl_guards.guards.base import RLGuardsWarning
 from rl_guards.rollouts.reader import RolloutStore
-from rl_guards.rollouts.recorder import read_dump_metadata, retag_dump, step_file_name
+from rl_guards.rollouts.store import read_dump_metadata, retag_dump, step_file_name
 from rl_guards.testing import make_dataset
 from rl_guards.testing.rewards import length_penalty
 

@@ -16,8 +16,8 @@ from _rollouts_data import Harness, make_batch
 
 from rl_guards.cli.main import main as cli
 from rl_guards.rollouts.reader import RolloutStore, UnreadableDumpError
-from rl_guards.rollouts.recorder import METADATA_KEY, step_file_name
 from rl_guards.rollouts.report import collect, write_report
+from rl_guards.rollouts.store import METADATA_KEY, step_file_name
 
 
 def _good_run(tmp_path: Path, steps: tuple[int, ...] = (0, 1)) -> Path:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from rl_guards.rollouts.reader import RolloutStore
-from rl_guards.rollouts.recorder import INDEX_FILE, SUPERSEDED_DIR, read_dump_metadata, step_file_name
+from rl_guards.rollouts.store import INDEX_FILE, SUPERSEDED_DIR, read_dump_metadata, step_file_name
 
 pytestmark = pytest.mark.slow
 

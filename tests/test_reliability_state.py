@@ -22,7 +22,7 @@ import pytest
 import rl_guards
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.guards.base import Guard, Reporter, RLGuardsWarning
-from rl_guards.trl.hook import GuardRunState
+from rl_guards.trl.state import GuardRunState
 
 pytestmark = pytest.mark.slow
 

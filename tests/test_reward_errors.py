@@ -12,7 +12,7 @@ import pytest
 import rl_guards
 from rl_guards.errors import RewardFunctionError
 from rl_guards.rewards.row_errors import RowErrorLog, catch_row_errors
-from rl_guards.rollouts.recorder import read_dump_metadata
+from rl_guards.rollouts.store import read_dump_metadata
 from rl_guards.testing import make_dataset
 from rl_guards.testing.rewards import arith_correct, completion_text, echo_match
 

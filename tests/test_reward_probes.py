@@ -183,7 +183,7 @@ def test_a_function_that_fails_on_variants_is_left_out(make_grpo_trainer: Any) -
     run = _run(make_grpo_trainer, [picky, arith_correct], PLAIN, skip=["arith_correct"])
     assert run.guard("probes").probes_run == 1 and len(calls) >= 2
     assert not [f for f in run.findings if f.guard in ("probes", "hook")], run.summary()
-    text = run.guard("probes").coverage_text()
+    text = run.guard("probes").summary_text()
     assert "picky: raised on the variants of arith (not judged there)" in text and "extra reward calls" in text
     assert "arith_correct: not probed (listed in probes.skip)" in text
 
@@ -342,7 +342,7 @@ def test_a_task_gated_function_is_probed_on_its_own_task(make_grpo_trainer: Any,
     coverage = run.guard("probes").coverage["functions"]
     assert set(coverage[judge.__name__]["rows"]) == {"echo"} and coverage[judge.__name__]["not_its_task"] == ["arith"]
     assert set(coverage["arith_only"]["rows"]) == {"arith"}
-    text = run.guard("probes").coverage_text()
+    text = run.guard("probes").summary_text()
     assert f"{judge.__name__}: echo " in text and "None on arith (not its task)" in text
 
 

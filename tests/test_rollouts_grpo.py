@@ -10,8 +10,9 @@ import pytest
 
 import rl_guards
 from rl_guards.config import GuardsConfig
+from rl_guards.guards.recorder import RolloutRecorder
 from rl_guards.rollouts.reader import RolloutStore
-from rl_guards.rollouts.recorder import SUPERSEDED_DIR, RolloutRecorder
+from rl_guards.rollouts.store import SUPERSEDED_DIR
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ from _rollouts_data import GROUPS, Harness, make_batch
 from rl_guards.errors import GuardError
 from rl_guards.guards.base import RLGuardsWarning
 from rl_guards.rollouts.reader import RolloutStore
-from rl_guards.rollouts.recorder import (
+from rl_guards.rollouts.store import (
     INDEX_FILE,
     SCHEMA_VERSION,
     SUPERSEDED_DIR,

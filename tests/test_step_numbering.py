@@ -15,7 +15,7 @@ from _rollouts_data import Harness, make_batch
 
 import rl_guards
 from rl_guards.rollouts.reader import RolloutStore
-from rl_guards.rollouts.recorder import METADATA_KEY, SCHEMA_VERSION, SUPERSEDED_DIR, step_file_name
+from rl_guards.rollouts.store import METADATA_KEY, SCHEMA_VERSION, SUPERSEDED_DIR, step_file_name
 
 
 @pytest.mark.slow

@@ -123,7 +123,7 @@ def test_planted_dead_task_is_caught(make_grpo_trainer: Any) -> None:
     # so no pass rate is claimed (issue 20 #7: a metric means what its name says).
     assert "first check the reward function" in str(err.value)
     guard = run.guard("dead_groups")
-    assert guard.streaks["echo"] == 2 and guard.pass_rate("echo") is None
+    assert guard.streaks["echo"] == 2 and guard._pass_rate("echo") is None
 
 
 def test_length_probe_cli_on_the_tiny_model(tiny: TinySetup, tmp_path: Path, capsys: Any) -> None:

@@ -8,18 +8,13 @@ from typing import Any
 
 import pytest
 
+from rl_guards.chat.markup import markup_from_config, tag_token_ids, tags_are_special
 from rl_guards.config import GuardsConfig
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.core.think_markup import ALL_CODES, GEMMA4, GPTOSS, THINK, ThinkMarkup
 from rl_guards.errors import ThinkMarkupError
 from rl_guards.guards.base import GuardSession, RLGuardsWarning, RunContext
-from rl_guards.guards.think_tags import (
-    ThinkTagsGuard,
-    display_text,
-    markup_from_config,
-    tag_token_ids,
-    tags_are_special,
-)
+from rl_guards.guards.think_tags import ThinkTagsGuard, display_text
 
 OK = "<think>reason</think>\n\n4"
 PLAIN = "4"

@@ -127,7 +127,7 @@ def start_check_classes() -> list[type[Guard]]:
 def prepare_at_start_classes() -> list[type[Guard]]:
     """The guards whose ``on_train_begin`` prepares the run (writes to its folder, generates): never run by a check."""
     from rl_guards.guards.drift import DriftGuard
-    from rl_guards.rollouts.recorder import RolloutRecorder
+    from rl_guards.guards.recorder import RolloutRecorder
 
     return [DriftGuard, RolloutRecorder]
 
@@ -176,10 +176,8 @@ def run_start_checks(
     finding (the verdict carries the stop)."""
     session = session if session is not None else GuardSession()
     session.defer = True
-    if config.think_tags.per_row_thinking and ctx.args is not None:  # as install() would render the rows
-        from rl_guards.trl.thinking_mix import PER_ROW_ATTR
-
-        setattr(ctx.args, PER_ROW_ATTR, config.think_tags.thinking_column)
+    if config.think_tags.per_row_thinking and ctx.per_row_thinking_column is None:  # as install() renders them
+        ctx.per_row_thinking_column = config.think_tags.thinking_column
     guards = list(guards) if guards is not None else start_guards(config, guard_classes)
     for guard in guards:
         guard.setup(ctx)

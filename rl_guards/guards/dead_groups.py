@@ -76,7 +76,7 @@ class DeadGroupGuard(Guard):
         self.crowded: set[str] = set()  # tasks whose recent dead share is above max_dead_share (warned)
 
     # ----- per batch --------------------------------------------------------------------------------------
-    def pass_rate(self, task: str) -> float | None:
+    def _pass_rate(self, task: str) -> float | None:
         """Pass rate of ``task`` over the recent window (None before any row)."""
         window = self.windows.get(task) or []
         rows = sum(n for _, n in window)
@@ -123,7 +123,7 @@ class DeadGroupGuard(Guard):
         if task in self.crowded:
             return
         self.crowded.add(task)
-        rate = self.pass_rate(task)
+        rate = self._pass_rate(task)
         advice = (
             advise_group_size(task, rate, batch.num_generations, self.config.target_dead_share).message()
             if rate is not None
@@ -157,7 +157,7 @@ class DeadGroupGuard(Guard):
             report.task_metric(task, "dead_all_fail", s.share(s.dead_all_fail))
             report.task_metric(task, "live_groups", float(s.live))
         report.task_metric(task, "zero_adv_token_share", s.zero_adv_token_share)
-        rate = self.pass_rate(task) if batch.mode == "train" else s.pass_rate
+        rate = self._pass_rate(task) if batch.mode == "train" else s.pass_rate
         if rate is not None:
             report.task_metric(task, "pass_rate", rate)
             report.task_metric(task, "expected_dead_share", expected_dead_share(rate, batch.num_generations))
@@ -165,7 +165,7 @@ class DeadGroupGuard(Guard):
             report.task_metric(task, "dead_streak", float(self.streaks.get(task, 0)))
 
     def _dead_message(self, task: str, s: TaskGroups, batch: RolloutBatch) -> str:
-        rate = self.pass_rate(task)
+        rate = self._pass_rate(task)
         low, high = self.ranges[task]
         head = (
             f"task {task!r} contributed no gradient for {self.streaks[task]} consecutive batches (step {batch.step}): "
@@ -205,11 +205,11 @@ class DeadGroupGuard(Guard):
         return "\n".join(lines)
 
     # ----- end of run -------------------------------------------------------------------------------------
-    def advice_text(self) -> str:
+    def _advice_text(self) -> str:
         """The advisor's verdict for every task seen in training (empty if none)."""
         lines = []
         for task in sorted(self.windows):
-            rate = self.pass_rate(task)
+            rate = self._pass_rate(task)
             if rate is None or self.group_size < 2:
                 continue
             advice = advise_group_size(task, rate, self.group_size, self.config.target_dead_share).message()
@@ -227,7 +227,7 @@ class DeadGroupGuard(Guard):
         )
 
     def on_train_end(self, report: Reporter) -> None:
-        text = self.advice_text()
+        text = self._advice_text()
         if text:
             report.note("group_size_advice", text)
 

@@ -34,6 +34,7 @@ import random
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rl_guards.chat.markup import markup_from_config
 from rl_guards.config import DriftConfig
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.core.behaviour import (
@@ -50,7 +51,6 @@ from rl_guards.core.behaviour import (
 from rl_guards.core.think_markup import prompt_opens_block
 from rl_guards.errors import DriftError
 from rl_guards.guards.base import Guard, Reporter
-from rl_guards.guards.think_tags import markup_from_config
 from rl_guards.rollouts.render import printable
 
 logger = logging.getLogger("rl_guards")
@@ -90,7 +90,7 @@ class DriftGuard(Guard):
     def _dataset(self) -> Any:
         return self.ctx.eval_dataset if self.source == "eval" else self.ctx.train_dataset
 
-    def choose_prompts(self) -> None:
+    def _choose_prompts(self) -> None:
         """The probe set: ``prompts_per_task`` rows of each of the ``max_tasks`` most frequent tasks (seeded)."""
         eval_ds = self.ctx.eval_dataset
         if isinstance(eval_ds, dict):  # several eval sets: the first
@@ -123,7 +123,7 @@ class DriftGuard(Guard):
     def on_train_begin(self, report: Reporter) -> None:
         if self.baseline or self.ctx.probe_generate is None:
             return  # resumed: the probe set and the baseline come from the checkpoint
-        self.choose_prompts()
+        self._choose_prompts()
         if not self.indices:
             report.note("no_probe_prompts", "no dataset rows to probe: drift is not measured")
             return
@@ -133,7 +133,7 @@ class DriftGuard(Guard):
         stats, examples = record
         self.baseline = {t: s.to_dict() for t, s in stats.items()}
         self.baseline_examples = examples
-        self._write(int(report.step or 0), stats, examples, [])
+        self._write(int(report.step or 0), stats, examples, [], report)
 
     def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
         if batch.mode != "train" or not len(batch):
@@ -187,7 +187,7 @@ class DriftGuard(Guard):
                     DriftError,
                 )
         report.metric("alarms", float(len(alarms)))
-        self._write(step, stats, examples, alarms)
+        self._write(step, stats, examples, alarms, report)
 
     # ----- probing -----------------------------------------------------------------------------------------
     def _probe(self, step: int, report: Reporter) -> tuple[dict[str, BehaviourStats], dict[str, str]] | None:
@@ -355,7 +355,7 @@ class DriftGuard(Guard):
         return str(prompt or "")
 
     # ----- records -----------------------------------------------------------------------------------------
-    def folder(self) -> Path:
+    def _folder(self) -> Path:
         rollouts = self.guards_config.rollouts.output_dir
         if rollouts:
             base = Path(os.path.expandvars(os.path.expanduser(rollouts)))
@@ -364,7 +364,12 @@ class DriftGuard(Guard):
         return drift_folder(base)
 
     def _write(
-        self, step: int, stats: dict[str, BehaviourStats], examples: dict[str, str], alarms: list[dict[str, Any]]
+        self,
+        step: int,
+        stats: dict[str, BehaviourStats],
+        examples: dict[str, str],
+        alarms: list[dict[str, Any]],
+        report: Reporter,
     ) -> None:
         if not self.ctx.is_main_process:
             return
@@ -381,7 +386,7 @@ class DriftGuard(Guard):
             "train_reward": {t: self._train_reward(t) for t in stats},
         }
         try:
-            folder = self.folder()
+            folder = self._folder()
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"step_{step:06d}.json"
             tmp = path.with_suffix(".json.tmp")
@@ -389,18 +394,11 @@ class DriftGuard(Guard):
             os.replace(tmp, path)
         except OSError as exc:  # a full or read-only disk costs the record, never the run
             logger.warning("rl_guards/drift: could not write the probe record of step %s: %s", step, exc)
-        self._log_table(step, record)
+        self._log_table(step, record, report)
 
-    def _log_table(self, step: int, record: dict[str, Any]) -> None:
-        try:
-            from rl_guards.trl import wandb_io
-
-            if wandb_io.active_run() is None:
-                return
-            rows = [[step, p["task"], p["prompt"][-300:], p["completion"]] for p in record["probes"]]
-            wandb_io.log({"rl_guards/drift/probes": wandb_io.table(["step", "task", "prompt", "completion"], rows)})
-        except Exception as exc:  # W&B is a side channel
-            logger.warning("rl_guards/drift: W&B table not logged: %s", exc)
+    def _log_table(self, step: int, record: dict[str, Any], report: Reporter) -> None:
+        rows = [[step, p["task"], p["prompt"][-300:], p["completion"]] for p in record["probes"]]
+        report.table("rl_guards/drift/probes", ["step", "task", "prompt", "completion"], rows)
 
     # ----- resume ------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

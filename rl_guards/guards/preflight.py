@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import html
 import logging
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rl_guards.config import GuardsConfig, PreflightConfig
 from rl_guards.core.preflight import PreflightFinding, PreflightReport
@@ -50,7 +50,7 @@ class PreflightGuard(Guard):
         self.config: PreflightConfig = config.preflight
         self.last_report: PreflightReport | None = None
 
-    def build_report(self) -> PreflightReport:
+    def _build_report(self) -> PreflightReport:
         """The report for the run in ``self.ctx`` (rendering goes through the trainer's own path)."""
         # The adapter only duck-types the tokenizer; imported here to keep this module framework-free.
         from rl_guards.chat.preflight import build_report_from_context
@@ -61,14 +61,14 @@ class PreflightGuard(Guard):
         if self.ctx.tokenizer is None or self.ctx.args is None:
             report.note("skipped", "no preflight report: the run context has no trainer args or tokenizer")
             return
-        result = self.build_report()
+        result = self._build_report()
         self.last_report = result
         counts = result.counts()
         report.metric("blocking", float(counts["blocking"]))
         report.metric("warnings", float(counts["warning"]))
         if self.ctx.is_main_process:
             print(result.render(), flush=True)
-            log_to_wandb(result)
+            log_to_tracker(result, report)
         for finding in result.warnings:  # warned once each (mode log: counted only)
             text = f"{finding.message} Fix: {finding.fix}"
             if self.config.mode == "log":
@@ -94,27 +94,16 @@ def blocking_message(findings: list[PreflightFinding]) -> str:
     return "\n".join(lines)
 
 
-def log_to_wandb(result: PreflightReport) -> bool:
-    """Log the findings table and the rendered report to the active tracker runs (W&B, trackio); never raises."""
-    try:
-        from rl_guards.trl import wandb_io
-
-        if wandb_io.active_run() is None:
-            return False
-        rows = [[f.severity, f.topic, f.code, f.message, f.fix] for f in result.sorted_findings()]
-        data: dict[str, Any] = {
-            WANDB_REPORT_KEY: wandb_io.Html(f"<pre>{html.escape(result.render())}</pre>"),
-            WANDB_TABLE_KEY: wandb_io.table(["severity", "topic", "code", "message", "fix"], rows),
-        }
-        logged = wandb_io.log(data)
-        counts = result.counts()
-        wandb_io.set_summary(
-            {"rl_guards/preflight/blocking": counts["blocking"], "rl_guards/preflight/warnings": counts["warning"]}
-        )
-        return logged
-    except Exception as exc:  # tracker problems never stop a run
-        logger.warning("rl_guards: could not log the preflight report to the tracker: %s", exc)
-        return False
+def log_to_tracker(result: PreflightReport, report: Reporter) -> bool:
+    """Log the findings table, the rendered report and the summary counts to the run's tracker; never raises."""
+    rows = [[f.severity, f.topic, f.code, f.message, f.fix] for f in result.sorted_findings()]
+    logged = report.html(WANDB_REPORT_KEY, f"<pre>{html.escape(result.render())}</pre>")
+    logged = report.table(WANDB_TABLE_KEY, ["severity", "topic", "code", "message", "fix"], rows) and logged
+    counts = result.counts()
+    report.summary(
+        {"rl_guards/preflight/blocking": counts["blocking"], "rl_guards/preflight/warnings": counts["warning"]}
+    )
+    return logged
 
 
-__all__ = ["PreflightGuard", "blocking_message", "log_to_wandb"]
+__all__ = ["PreflightGuard", "blocking_message", "log_to_tracker"]

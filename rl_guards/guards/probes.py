@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from rl_guards.chat.markup import markup_from_config
 from rl_guards.config import ProbesConfig
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.core.completions import completion_text
@@ -42,7 +43,6 @@ from rl_guards.core.probes import (
 )
 from rl_guards.errors import RewardProbeError
 from rl_guards.guards.base import Guard, Reporter
-from rl_guards.guards.think_tags import markup_from_config
 from rl_guards.rewards.slicing import drain_watched
 
 LATER_ROWS = 4  # rows per task of a scheduled probe after the first (a verdict needs 3 of them, from 2 groups)
@@ -107,7 +107,7 @@ class RewardProbeGuard(Guard):
     Violations (default mode warn, :class:`~rl_guards.errors.RewardProbeError`), one kind per function:
     ``reads_prefix:<fn>``, ``reads_suffix:<fn>`` (neither for ``probes.prefix_ok``), ``reads_thinking:<fn>`` (not
     for ``probes.process_rewards``), ``hackable:<fn>``; each names the function, the variant and its score, on how
-    many rows of how many, and a row's prompt. :meth:`coverage_text` says what the probes covered: each function's
+    many rows of how many, and a row's prompt. :meth:`summary_text` says what the probes covered: each function's
     rows per task, the tasks it returned None on (not its task) or raised on, the functions never probed and why.
 
     ======================================  ==================================================================
@@ -135,7 +135,7 @@ class RewardProbeGuard(Guard):
         self.first_calls = 0.0
         self.run_calls = 0.0  # reward calls the trainer made for train batches, all ranks
         self.last_cost = 0.0
-        self.coverage: dict[str, Any] = {}  # what the probes covered so far: see coverage_text()
+        self.coverage: dict[str, Any] = {}  # what the probes covered so far: see summary_text()
         self.tasks_probed: set[str] = set()  # tasks whose rows were probed at least once (on this rank)
         self._regular = False  # this batch's probe is a scheduled one (not the first probe of a new task)
         self._later = False  # a scheduled probe after the first: fewer rows, each function's own answer forms
@@ -148,7 +148,7 @@ class RewardProbeGuard(Guard):
         self.FEATURES = (*type(self).FEATURES, *(f"fn{i}" for i in range(len(ctx.reward_funcs))))  # type: ignore[misc]
 
     # ----- which functions, when --------------------------------------------------------------------------
-    def not_probed(self) -> dict[str, str]:
+    def _not_probed(self) -> dict[str, str]:
         """Reward functions never probed, and why."""
         names = self.ctx.reward_func_names or [
             getattr(f, "__name__", str(i)) for i, f in enumerate(self.ctx.reward_funcs)
@@ -161,7 +161,7 @@ class RewardProbeGuard(Guard):
                 out[name] = "a reward model"
         return out
 
-    def functions(self) -> list[tuple[int, str, Any]]:
+    def _functions(self) -> list[tuple[int, str, Any]]:
         """(index, name, function) of the reward functions probed."""
         names = self.ctx.reward_func_names or [
             getattr(f, "__name__", str(i)) for i, f in enumerate(self.ctx.reward_funcs)
@@ -178,7 +178,7 @@ class RewardProbeGuard(Guard):
         configured = self.guards_config.reward_sanity.reference_column
         wanted = [configured] if configured else list(REFERENCE_COLUMNS)
         used: list[str] = []
-        for _, _, fn in self.functions():
+        for _, _, fn in self._functions():
             try:
                 params = inspect.signature(fn).parameters
             except (TypeError, ValueError):
@@ -189,9 +189,9 @@ class RewardProbeGuard(Guard):
             used = [fallback] if fallback else []
         return used[:2]
 
-    def due(self, batch: RolloutBatch) -> bool:
+    def _due(self, batch: RolloutBatch) -> bool:
         """Whether this batch is probed (from numbers every rank shares, so every rank decides alike)."""
-        if batch.mode != "train" or not self.functions():
+        if batch.mode != "train" or not self._functions():
             return False
         if self.probes_run == 0:
             return True
@@ -208,12 +208,12 @@ class RewardProbeGuard(Guard):
         calls = 0
         self._details = {}
         self._cache = {}
-        self._regular = bool(held) and self.due(batch)
+        self._regular = bool(held) and self._due(batch)
         self._later = self._regular and self.probes_run > 0
         rows: list[int] = []
         if self._regular:
             rows = self._rows_to_probe(batch, held, min(self.config.rows, LATER_ROWS) if self._later else None)
-        elif held and batch.mode == "train" and self.functions():
+        elif held and batch.mode == "train" and self._functions():
             # a task the probes have not seen yet gets its first probe (counted with the first, outside the budget)
             new = [r for r in held if str(batch.tasks[r]) not in self.tasks_probed]
             rows = self._rows_to_probe(batch, new) if new else []
@@ -249,7 +249,7 @@ class RewardProbeGuard(Guard):
             if variants is None:
                 continue
             group = batch.group_of(row)
-            for index, name, _ in self.functions():
+            for index, name, _ in self._functions():
                 cache = self._cache.get((index, group), {})
                 mine = self._variants_of(name, variants, later=True)
                 first = first_pass(mine)
@@ -315,7 +315,7 @@ class RewardProbeGuard(Guard):
         cov = self.coverage or {"steps": [], "tasks": {}, "functions": {}}
         cov["steps"].append(batch.step)
         cov["tasks"].update({task: len(rows) for task, rows in here.items()})
-        skipped = self.not_probed()
+        skipped = self._not_probed()
         for index, fname in enumerate(batch.reward_names):
             if fname in skipped:
                 cov["functions"][fname] = {"not_probed": skipped[fname]}
@@ -335,7 +335,7 @@ class RewardProbeGuard(Guard):
                     entry["not_its_task"].append(task)
         self.coverage = cov
 
-    def coverage_text(self) -> str:
+    def summary_text(self) -> str:
         """What the probes covered (functions x tasks x rows), what they could not and why, and their cost."""
         cov = self.coverage
         if not cov:
@@ -427,11 +427,11 @@ class RewardProbeGuard(Guard):
             real_has_block=thinking is not None,
         )
         self._planned[row] = variants
-        probed = {i: name for i, name, _ in self.functions()}
+        probed = {i: name for i, name, _ in self._functions()}
         masks: dict[int, int] = {}
         scores: dict[int, list[float | None]] = {}
         made = 0
-        for index, name, fn in self.functions():
+        for index, name, fn in self._functions():
             # rows of one group share the prompt and the columns: a text scored for one is not scored again
             cache = self._cache.setdefault((index, batch.group_of(row)), {})
             mine = self._variants_of(name, variants, later=self._later)
@@ -515,7 +515,7 @@ class RewardProbeGuard(Guard):
         inputs, prompts, completions, _, state = _reward_inputs(batch, held)
         local = held.index(row)
         columns = {k: v for k, v in inputs[local].items() if k not in ("prompt", "completion", "completion_ids")}
-        fn = next(f for i, _, f in self.functions() if i == index)
+        fn = next(f for i, _, f in self._functions() if i == index)
         cache = self._cache.setdefault((index, batch.group_of(row)), {})  # shared with the probe's own scores
         calls = 0
 

@@ -13,6 +13,7 @@ from rl_guards.guards.drift import DriftGuard
 from rl_guards.guards.masks import GRPOMaskGuard
 from rl_guards.guards.preflight import PreflightGuard
 from rl_guards.guards.probes import RewardProbeGuard
+from rl_guards.guards.recorder import RolloutRecorder
 from rl_guards.guards.reward_errors import RewardErrorGuard
 from rl_guards.guards.reward_sanity import RewardSanityGuard
 from rl_guards.guards.routing import RoutingGuard
@@ -21,7 +22,6 @@ from rl_guards.guards.task_rewards import TaskRewardMonitor
 from rl_guards.guards.template import DoubleThinkGuard
 from rl_guards.guards.think_tags import ThinkTagsGuard
 from rl_guards.guards.truncation import TruncationGuard
-from rl_guards.rollouts.recorder import RolloutRecorder
 
 BATCH_GUARDS: list[type[Guard]] = [
     PreflightGuard,

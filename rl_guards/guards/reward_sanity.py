@@ -5,10 +5,10 @@ from __future__ import annotations
 import inspect
 from typing import Any, ClassVar
 
+from rl_guards.chat.markup import markup_from_config
 from rl_guards.config import RewardSanityConfig
 from rl_guards.errors import ConfigError, RewardSanityError
 from rl_guards.guards.base import Guard, Reporter
-from rl_guards.guards.think_tags import markup_from_config
 from rl_guards.rewards.callables import reward_name
 from rl_guards.rewards.reference_pairs import (
     FORMS,

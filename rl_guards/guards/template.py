@@ -94,11 +94,9 @@ class DoubleThinkGuard(Guard):
         return column, [bool(v) for v in ds[column] if v is not None]
 
     def _per_row(self) -> bool:
-        from rl_guards.trl.thinking_mix import PER_ROW_ATTR
+        return self.ctx.per_row_thinking_column is not None
 
-        return getattr(self.ctx.args, PER_ROW_ATTR, None) is not None
-
-    def check(self) -> TemplateReport:
+    def _check(self) -> TemplateReport:
         """Render and analyse; no reporting."""
         from rl_guards.chat.template_check import check_template
 
@@ -140,7 +138,7 @@ class DoubleThinkGuard(Guard):
         if self.ctx.tokenizer is None:
             report.note("no_tokenizer", "no tokenizer in the run context: template not checked")
             return
-        self.report = self.check()
+        self.report = self._check()
         ignored = self._column_ignored(self.report)
         if ignored is not None:
             self.report.findings.append(TemplateFinding(THINKING_FLAG_IGNORED, "error", ignored, "dataset column"))
@@ -158,7 +156,7 @@ class DoubleThinkGuard(Guard):
         """Does the generation prompt leave a think block open in that mode (False when unknown)."""
         if self.report is None and self.ctx.tokenizer is not None:
             try:
-                self.report = self.check()
+                self.report = self._check()
             except Exception as exc:  # unknown is not an error
                 logger.warning("rl_guards/template: could not render the template: %s", exc)
                 return False

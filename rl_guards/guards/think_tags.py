@@ -7,16 +7,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from rl_guards.chat.markup import markup_from_config, tag_token_ids, tags_are_special
 from rl_guards.config import ThinkTagsConfig
 from rl_guards.core.batch import RolloutBatch
+from rl_guards.core.think_codes import KINDS, code_bits, codes_of
 from rl_guards.core.think_markup import (
     ALL_CODES,
     TAG_IN_NONTHINKING,
-    THINK,
     MarkupVerdict,
     ThinkMarkup,
     anomalies_for_mode,
-    markup_for_template,
     prompts_open_block,
     scan,
 )
@@ -34,40 +34,6 @@ _HINTS = {
     "stray_close": "close tags without an open: the prompt may prefill the open tag (prompt_opened) unnoticed",
     "partial_tag": "near-miss tags (<THINK>, < think>, <thinking>, cut tags): the format is drifting",
 }
-
-
-def tag_token_ids(tokenizer: Any, markup: ThinkMarkup) -> tuple[int | None, int | None]:
-    """``(open_id, close_id)`` when each tag is exactly one token of ``tokenizer``, else ``(None, None)``."""
-    tok = getattr(tokenizer, "tokenizer", tokenizer)  # processors wrap the tokenizer
-    if tok is None or not hasattr(tok, "encode"):
-        return None, None
-    ids: list[int | None] = []
-    for tag in (markup.open_tag, markup.close_tag):
-        try:
-            encoded = list(tok.encode(tag, add_special_tokens=False))
-        except Exception:
-            encoded = []
-        ids.append(int(encoded[0]) if len(encoded) == 1 else None)
-    if ids[0] is None or ids[1] is None or ids[0] == ids[1]:
-        return None, None
-    return ids[0], ids[1]
-
-
-def tags_are_special(tokenizer: Any, markup: ThinkMarkup) -> bool:
-    """True when ``skip_special_tokens`` decoding (TRL's completions) removes the tags from the text."""
-    tok = getattr(tokenizer, "tokenizer", tokenizer)
-    try:
-        special = set(getattr(tok, "all_special_tokens", None) or ())
-    except Exception:
-        return False
-    return any(token and token in tag for token in special for tag in (markup.open_tag, markup.close_tag))
-
-
-def markup_from_config(config: ThinkTagsConfig, chat_template: str | None) -> ThinkMarkup:
-    """The config's tags; with the default ``<think>``/``</think>``, the family guessed from the template."""
-    if (config.open_tag, config.close_tag) == (THINK.open_tag, THINK.close_tag):
-        return markup_for_template(chat_template)
-    return ThinkMarkup(open_tag=config.open_tag, close_tag=config.close_tag, name="custom")
 
 
 def display_text(text: str, chars: int = EXAMPLE_CHARS) -> str:
@@ -134,14 +100,14 @@ class ThinkTagsGuard(Guard):
         text = batch.completions[row]
         return text if isinstance(text, str) else str(text)
 
-    def prompts_opened(self, batch: RolloutBatch) -> list[bool]:
+    def _prompts_opened(self, batch: RolloutBatch) -> list[bool]:
         """Per row: the prompt already opened the block (the hook's flags, else read from the prompt ids)."""
         if len(batch.prompt_opened) == len(batch):
             return [bool(v) for v in batch.prompt_opened]
         opened = prompts_open_block(batch.prompt_ids[: len(batch)], batch.decode or self.ctx.decode, self.markup)
         return opened + [False] * (len(batch) - len(opened))  # hand-built batches may lack prompt ids
 
-    def scan_row(self, batch: RolloutBatch, row: int, prompt_opened: bool) -> tuple[MarkupVerdict, bool]:
+    def _scan_row(self, batch: RolloutBatch, row: int, prompt_opened: bool) -> tuple[MarkupVerdict, bool]:
         """The row's verdict and its thinking mode."""
         thinking = batch.thinking[row]
         mode = self._default_thinking() if thinking is None else bool(thinking)
@@ -160,10 +126,10 @@ class ThinkTagsGuard(Guard):
         mode), ``wrong`` (bitmask of the codes wrong for its mode), ``kind`` (0 answer, 1 thinking, 2 anomalous),
         ``thinking`` (the row's mode, 0/1) and ``no_block`` (a thinking row with no block at all)."""
         rows = batch.held_rows
-        opened = self.prompts_opened(batch)
+        opened = self._prompts_opened(batch)
         out: dict[str, list[float]] = {name: [] for name in self.FEATURES}
         for row in rows:
-            verdict, thinking = self.scan_row(batch, row, opened[row])
+            verdict, thinking = self._scan_row(batch, row, opened[row])
             wrong = anomalies_for_mode(verdict, thinking)
             out["codes"].append(float(code_bits(set(verdict.anomalies) | set(wrong))))
             out["wrong"].append(float(code_bits(wrong)))
@@ -287,7 +253,7 @@ class ThinkTagsGuard(Guard):
             f"tags {markup.open_tag!r}/{markup.close_tag!r}).",
             "  by code: " + ", ".join(f"{c}={code_rows[c]}" for c in ALL_CODES if code_rows[c]),
         ]
-        opened = self.prompts_opened(batch)
+        opened = self._prompts_opened(batch)
         for row in shown:
             wrong = codes_of(int(feats["wrong"][row]))
             mode = "thinking" if feats["thinking"][row] else "non-thinking"
@@ -299,16 +265,3 @@ class ThinkTagsGuard(Guard):
         hints = [self._hint(c) for c in codes if c in _HINTS]
         lines.append("Fix: " + ("; ".join(hints) if hints else "read these completions; the format is drifting") + ".")
         return "\n".join(lines)
-
-
-KINDS = ("answer", "thinking", "anomalous")  # MarkupVerdict.kind, as the ``kind`` feature's values
-
-
-def code_bits(codes: Any) -> int:
-    """Bitmask of anomaly codes (bit ``i`` = ``ALL_CODES[i]``)."""
-    return sum(1 << ALL_CODES.index(c) for c in set(codes))
-
-
-def codes_of(bits: int) -> list[str]:
-    """The anomaly codes of a bitmask, in ``ALL_CODES`` order."""
-    return [c for i, c in enumerate(ALL_CODES) if bits >> i & 1]

@@ -29,7 +29,7 @@ from typing import Any
 
 from rl_guards.core.completions import completion_text
 from rl_guards.core.think_markup import PARTIAL_TAG, THINK, ThinkMarkup, scan, strip_thinking
-from rl_guards.guards.base import RLGuardsWarning
+from rl_guards.errors import RLGuardsWarning
 from rl_guards.rewards.callables import is_async_reward, require_async_support, reward_name
 from rl_guards.rewards.stray_think import resolve_markup
 

@@ -36,6 +36,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from rl_guards.chat.markup import markup_from_config, tag_token_ids
 from rl_guards.core.completions import completion_text
 from rl_guards.core.think_markup import (
     ALL_CODES,
@@ -45,9 +46,7 @@ from rl_guards.core.think_markup import (
     anomalies_for_mode,
     scan,
 )
-from rl_guards.errors import ConfigError
-from rl_guards.guards.base import RLGuardsWarning
-from rl_guards.guards.think_tags import markup_from_config, tag_token_ids
+from rl_guards.errors import ConfigError, RLGuardsWarning
 
 logger = logging.getLogger("rl_guards")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_guards.core.behaviour import BehaviourStats, Drift, Thresholds, compare
-from rl_guards.rollouts.recorder import default_rollouts_dir
+from rl_guards.rollouts.store import default_rollouts_dir
 
 TABLE_STATS: tuple[tuple[str, str], ...] = (
     ("length", "length"),

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rl_guards.rollouts.recorder import default_rollouts_dir
+from rl_guards.rollouts.store import default_rollouts_dir
 
 FINDINGS_FILE = "findings.jsonl"
 SEVERITY_ORDER = ("error", "warning", "info")  # most severe first

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_guards.core.think_markup import MALFORMED, TAG_IN_NONTHINKING
-from rl_guards.rollouts.recorder import (
+from rl_guards.rollouts.store import (
     INDEX_FILE,
     REWARD_PREFIX,
     SCHEMA_VERSION,

@@ -78,3 +78,23 @@ def gather_objects_to_main(obj: Any) -> list[Any] | None:
     out: list[Any] | None = [None] * dist.get_world_size() if main else None
     dist.gather_object(obj, out, dst=0)
     return out
+
+
+def gather_feature_rows(host: Any, device_columns: Sequence[Any], device: Any = None) -> Any:
+    """Per-row numbers of every rank as one host array: ``host`` ``[rows, k]`` (numpy) joined by the device
+    ``[rows]`` columns (None: zeros), gathered over ranks in one collective and moved to the host once."""
+    rows = int(host.shape[0])
+    if not device_columns and not distributed():
+        return host
+    where = next((c.device for c in device_columns if isinstance(c, torch.Tensor)), None)
+    where = where if where is not None else (torch.device(device) if device is not None else torch.device("cpu"))
+    table = torch.from_numpy(host).to(where)
+    if device_columns:
+        columns = [
+            c.reshape(rows).to(device=where, dtype=torch.float64)
+            if isinstance(c, torch.Tensor)
+            else torch.zeros(rows, dtype=torch.float64, device=where)
+            for c in device_columns
+        ]
+        table = torch.cat([table, torch.stack(columns, dim=1)], dim=1)
+    return all_gather_rows(table).cpu().numpy()

@@ -23,6 +23,7 @@ from rl_guards.engine.start_checks import context_without_trainer, run_start_che
 from rl_guards.errors import ConfigError
 from rl_guards.guards.base import Guard, GuardSession, RLGuardsWarning
 from rl_guards.guards.registry import BATCH_GUARDS
+from rl_guards.trl.wandb_io import RunTracker
 
 logger = logging.getLogger("rl_guards")
 
@@ -45,6 +46,7 @@ class GuardsCallback(TrainerCallback):
         self.config = config or GuardsConfig()
         self.run: Any = None  # the GuardRun, once installed
         self._session = GuardSession()  # the start checks' findings when the guards could not be installed
+        self._session.tracker = RunTracker()  # the preflight report still reaches the run's tracker
         self.guards: list[Guard] = start_guards(self.config)  # the start checks install() and the CLI run
 
     @property
@@ -101,15 +103,14 @@ class GuardsCallback(TrainerCallback):
 
 def _checks_batches(cls: type[Guard]) -> bool:
     """Does the guard check rollout batches (what needs the trainer's rollout methods)?"""
-    batch_hooks = cls.on_batch is not Guard.on_batch or cls.after_batch is not Guard.after_batch
-    return batch_hooks or hasattr(cls, "check_tensors")
+    return any(getattr(cls, hook) is not getattr(Guard, hook) for hook in ("on_batch", "after_batch", "check_tensors"))
 
 
 def _unreachable(trainer: Any) -> str | None:
     """Why the batch guards cannot be installed on ``trainer`` (None: they can)."""
     if trainer is None:
         return "no transformers.Trainer is calling it"
-    from rl_guards.trl.hook import REQUIRED_METHODS
+    from rl_guards.trl.context import REQUIRED_METHODS
 
     missing = [m for m in REQUIRED_METHODS if not callable(getattr(trainer, m, None))]
     if missing:

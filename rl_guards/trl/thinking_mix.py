@@ -33,7 +33,6 @@ from typing import Any
 from rl_guards.errors import ConfigError, IncompatibleTrainerError
 
 REQUIRED = ("_tokenize_prompts", "_generate_and_score_completions", "chat_template_kwargs")
-PER_ROW_ATTR = "_rl_guards_thinking_column"  # set on trainer.args while installed: the column rendered per row
 
 
 def mix_thinking(
@@ -74,14 +73,10 @@ class ThinkingColumn:
         self._generate = trainer._generate_and_score_completions
         trainer._generate_and_score_completions = self._generate_and_score
         trainer._tokenize_prompts = self._tokenize_prompts
-        # Tells the template guard (which sees trainer.args, not the trainer) that rows render per flag.
-        setattr(trainer.args, PER_ROW_ATTR, column)
 
     def uninstall(self) -> None:
         """Stop rendering per row; put the trainer's methods back unless something wrapped them since."""
         self.active = False
-        if getattr(self.trainer.args, PER_ROW_ATTR, None) is not None:
-            delattr(self.trainer.args, PER_ROW_ATTR)
         if self.trainer._generate_and_score_completions == self._generate_and_score:
             self.trainer._generate_and_score_completions = self._generate
         if self.trainer._tokenize_prompts == self._tokenize_prompts:
@@ -140,6 +135,12 @@ class ThinkingColumn:
             return self._tokenize(prompts)
         finally:
             trainer.chat_template_kwargs = saved
+
+
+def thinking_column_of(trainer: Any) -> str | None:
+    """The column an active :class:`ThinkingColumn` renders this trainer's prompts by, or None."""
+    installed = getattr(getattr(trainer, "_tokenize_prompts", None), "__self__", None)
+    return installed.column if isinstance(installed, ThinkingColumn) and installed.active else None
 
 
 def honour_thinking_column(trainer: Any, column: str = "enable_thinking") -> ThinkingColumn:

@@ -220,3 +220,22 @@ def update_config(values: dict[str, Any]) -> bool:
         except Exception as exc:
             logger.warning("rl_guards: could not write the trackio config: %s", exc)
     return done
+
+
+class RunTracker:
+    """The guards' :class:`~rl_guards.guards.session.Tracker`: W&B and trackio runs of this process, as above."""
+
+    def active(self) -> bool:
+        return active_run() is not None
+
+    def log(self, data: dict[str, Any]) -> bool:
+        return log(data)
+
+    def table(self, columns: list[str], rows: list[list[Any]]) -> Table:
+        return table(columns, rows)
+
+    def html(self, text: str) -> Html:
+        return Html(text)
+
+    def set_summary(self, values: dict[str, Any]) -> bool:
+        return set_summary(values)
