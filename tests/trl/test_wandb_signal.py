@@ -21,7 +21,7 @@ from rl_guards.testing.wandb_offline import OfflineRun, find_offline_runs, read_
 
 pytestmark = pytest.mark.slow
 
-EXAMPLE = Path(__file__).parent.parent / "examples" / "grpo_tiny.py"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "grpo_tiny.py"
 MAX_KEYS = 20  # rl_guards keys in one logged step, at the default metrics level
 SECTIONS = ("rl_guards", "rl_guards_task")
 

@@ -27,7 +27,7 @@ from rl_guards.rollouts.recorder import INDEX_FILE, SUPERSEDED_DIR, read_dump_me
 
 pytestmark = pytest.mark.slow
 
-SCRIPT = Path(__file__).parent / "reliability" / "grpo_run.py"
+SCRIPT = Path(__file__).parent / "grpo_run.py"
 MAX_STEPS = 12
 BATCH = 8  # tiny_grpo_config: 2 prompts x 4 generations
 

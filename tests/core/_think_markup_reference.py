@@ -1,6 +1,6 @@
 """Reference copy of ``rl_guards/core/think_markup.py`` at main 0d407ed (before the str.find scanner rewrite).
 
-Frozen on purpose: tests/test_think_markup_fast.py checks the current scanner against it verdict by verdict.
+Frozen on purpose: tests/core/test_think_markup_fast.py checks the current scanner against it verdict by verdict.
 Do not edit it to follow the live module; a behaviour change there must show up as a differential failure.
 
 Original docstring: think-markup scanner: is a completion ``<think>…</think>answer``, a plain answer, or malformed?

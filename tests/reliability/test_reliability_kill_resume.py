@@ -39,7 +39,7 @@ from rl_guards.rollouts.reader import RolloutStore
 
 pytestmark = pytest.mark.slow
 
-SCRIPT = Path(__file__).parent / "reliability" / "kill_campaign.py"
+SCRIPT = Path(__file__).parent / "kill_campaign.py"
 SEEDS = (11, 12, 13, 14, 15)
 MODES = {15: "restore_callbacks"}  # kill_campaign.py --mode; the other seeds: plain
 VARIANTS = {16: "unguarded_first", 17: "damaged"}  # campaigns with their own checks (below)

@@ -1,6 +1,6 @@
 """The str.find scanner against the reference scanner (main 0d407ed): identical verdicts on every input.
 
-``tests/_think_markup_reference.py`` is a frozen copy of the scanner before the rewrite. Every field of every
+``tests/core/_think_markup_reference.py`` is a frozen copy of the scanner before the rewrite. Every field of every
 verdict (kind, anomalies, answer, thinking, tag counts on text and ids, has_tags, prompt_opened) must be equal,
 for all three markup families and custom ones, with and without a prompt-opened block and token ids, on
 hand-picked adversarial texts, a seeded random corpus and hypothesis examples. Strings of each CPython width
