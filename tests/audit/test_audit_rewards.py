@@ -1,6 +1,6 @@
 """``rl-guards audit-rewards`` / :mod:`rl_guards.audit`: reward functions written as each framework's users write them
-(``tests/audit/audit_rewards/*.py``), each planted failure caught, each clean twin passing; the datasets in each framework's
-own shape; completions from the files users have; the command's JSON, HTML and exit codes."""
+(``tests/audit/audit_rewards/*.py``), each planted failure caught, each clean twin passing; the datasets in each
+framework's own shape; completions from the files users have; the command's JSON, HTML and exit codes."""
 
 from __future__ import annotations
 

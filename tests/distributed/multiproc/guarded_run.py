@@ -1,4 +1,6 @@
-"""A guarded GRPO run for ``torchrun`` (or plain ``python`` for one process); used by tests/distributed/test_hook_multiproc.py.
+"""A guarded GRPO run for ``torchrun`` (or plain ``python`` for one process).
+
+Used by tests/distributed/test_hook_multiproc.py.
 
 Usage: ``torchrun --nproc_per_node 2 guarded_run.py OUT_DIR`` with ``RL_GUARDS_CACHE`` pointing at a built fixture.
 Writes, per rank, every gathered RolloutBatch the guards saw (``batches_rank<r>.jsonl``) and the guard metrics
