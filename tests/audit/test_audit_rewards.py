@@ -265,6 +265,7 @@ def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_cli_exit_codes_json_and_html(data: dict[str, Path], tmp_path: Path) -> None:
     verl = HERE / "verl_rewards.py"
     ok = _cli(f"{verl}:clean_compute_score", "--dataset", str(data["verl"]), "--json")
@@ -288,6 +289,7 @@ def test_cli_exit_codes_json_and_html(data: dict[str, Path], tmp_path: Path) -> 
     assert table.returncode == 1 and "BLOCK" in table.stdout and "fix:" in table.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv",
     [
@@ -301,6 +303,7 @@ def test_cli_exit_2_when_it_cannot_check(data: dict[str, Path], argv: list[str])
     assert result.returncode == 2 and "could not check" in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 def test_cli_exit_2_on_an_unreadable_dataset(tmp_path: Path) -> None:
     result = _cli(f"{HERE / 'plain_rewards.py'}:clean_grader", "--dataset", str(tmp_path / "missing.jsonl"))
     assert result.returncode == 2 and "no file" in result.stderr
@@ -311,6 +314,7 @@ def test_unknown_signature_is_a_config_error() -> None:
         detect_framework(lambda x: x)
 
 
+@pytest.mark.slow
 def test_completions_sampled_from_a_local_model(tiny, tmp_path: Path) -> None:
     """``--model DIR``: the tiny model's samples are what the functions score (rows, speed, probes on them)."""
     dataset = _write_jsonl(tmp_path / "d.jsonl", [{"prompt": [{"role": "user", "content": q}], "answer": a}
@@ -337,6 +341,7 @@ def test_verifiers_v1_rewards_with_the_installed_trace(data: dict[str, Path], na
     assert (kinds <= found and report.exit_code == 1) if kinds else (found == set() and report.exit_code == 0), found
 
 
+@pytest.mark.slow
 def test_the_audit_and_its_help_never_import_torch() -> None:
     """Auditing a plain grader must not pay torch/transformers' import (only --model needs them)."""
     code = (
@@ -423,6 +428,7 @@ def test_every_dataset_format(tmp_path: Path, fmt: str) -> None:
     assert audit_rewards([inverted], str(path)).functions[0].verdict == "block"
 
 
+@pytest.mark.slow
 def test_nothing_to_score_is_could_not_check(tmp_path: Path) -> None:
     path = _write_jsonl(tmp_path / "d.jsonl", [{"prompt": q} for q, _ in ROWS])
     with pytest.raises(ConfigError, match="nothing to score"):

@@ -12,6 +12,7 @@ import pytest
 from rl_guards.cli.main import build_parser, main
 
 
+@pytest.mark.slow
 def test_version() -> None:
     done = subprocess.run([sys.executable, "-m", "rl_guards.cli.main", "--version"], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.startswith("rl-guards ")
@@ -48,6 +49,7 @@ def test_rollouts_list_takes_the_run_after_the_action(tmp_path: Path, capsys: py
     assert "invalid choice" not in out.err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv",
     [["--version"], ["--help"], ["rollouts", "--help"], ["preflight", "--help"], ["audit-rewards", "--help"],

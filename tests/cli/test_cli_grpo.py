@@ -44,6 +44,7 @@ def _yaml(tiny: Any, root: Path, **extra: Any) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_trl_accepts_the_yaml_once_the_guards_section_is_moved_out(tiny: Any, tmp_path: Path) -> None:
     data = _yaml(tiny, tmp_path, guards={"rollouts": {"every_steps": 1}, "think_tags": {"mode": "raise"}})
     path = tmp_path / "grpo.yaml"

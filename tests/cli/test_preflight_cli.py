@@ -14,6 +14,8 @@ from rl_guards.cli.main import main
 from rl_guards.errors import TemplateError
 from rl_guards.testing import make_dataset
 
+pytestmark = pytest.mark.slow  # every test here builds a real GRPOTrainer on the tiny model
+
 
 def _config(tiny: Any, root: Path, thinking: Any, **extra: Any) -> Path:
     data_dir = root / "data"

@@ -14,6 +14,8 @@ import yaml
 from rl_guards.cli.main import main
 from rl_guards.testing import TinySetup, make_dataset
 
+pytestmark = pytest.mark.slow  # every test here builds a real GRPOTrainer on the tiny model
+
 
 def _json_folder(tmp_path: Path) -> Path:
     """A folder of data files, as ``trl grpo``'s ``dataset_name`` takes it (``load_dataset(folder)``)."""

@@ -6,6 +6,8 @@ import pkgutil
 import subprocess
 import sys
 
+import pytest
+
 import rl_guards.core
 import rl_guards.guards
 
@@ -22,6 +24,7 @@ def _modules() -> list[str]:
     return sorted(names)
 
 
+@pytest.mark.slow
 def test_core_and_guards_import_without_torch_or_transformers() -> None:
     modules = _modules()
     assert len(modules) > 15

@@ -87,6 +87,7 @@ def test_special_tokens_are_not_answer_text(text: str, empty: float, chars: floa
     assert (stats.empty_answer, stats.answer_chars) == (empty, chars)
 
 
+@pytest.mark.slow
 def test_the_guard_counts_an_answer_of_only_special_tokens_as_empty(make_grpo_trainer: Any) -> None:
     """The probe completions' ids as the trainer's tokenizer writes them, decoded and measured as the guard does."""
     trainer = make_grpo_trainer(max_steps=1)
@@ -197,6 +198,7 @@ def test_resume_keeps_the_probe_set_and_the_baseline(make_grpo_trainer: Any, tmp
     assert [p["index"] for p in record["probes"]] == g1.indices
 
 
+@pytest.mark.slow
 def test_probe_set_comes_from_the_eval_set_when_there_is_one(make_grpo_trainer: Any, tmp_path: Path) -> None:
     trainer = make_grpo_trainer(max_steps=1)
     trainer.eval_dataset = make_dataset(n_per_task=3, seed=5)

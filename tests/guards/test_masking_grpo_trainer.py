@@ -112,6 +112,7 @@ def test_warn_mode_counts_and_keeps_training(make_grpo_trainer: Any) -> None:
     assert run.session.counts[("masking", M.POST_EOS)] == guard.checked
 
 
+@pytest.mark.slow
 def test_tool_markers_match_trls_tool_suffix(tiny: Any) -> None:
     """The head/tail the guard expects around a tool result are what GRPOTrainer inserts, for varied results."""
     from trl import GRPOTrainer

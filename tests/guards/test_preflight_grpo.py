@@ -45,6 +45,7 @@ def _thinking_eval(tiny: Any) -> Dataset:
     return Dataset.from_dict({"prompt": prompts, "task": train["task"], "answer": train["answer"]})
 
 
+@pytest.mark.slow
 def test_blocking_finding_stops_before_step_0_in_raise_mode(tiny: Any, tmp_path: Path) -> None:
     args = tiny_grpo_config(tmp_path / "out", max_steps=2, chat_template_kwargs=THINK_OFF)
     trainer = _trainer(tiny, args, eval_dataset=_thinking_eval(tiny))
@@ -75,6 +76,7 @@ def _warn_mode_run(tiny: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     return trainer, run, offline
 
 
+@pytest.mark.slow
 def test_warn_mode_trains_and_logs_the_wandb_panel(tiny: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trainer, run, offline = _warn_mode_run(tiny, tmp_path, monkeypatch)
     assert trainer.state.global_step == 1
@@ -93,6 +95,7 @@ def test_warn_mode_trains_and_logs_the_wandb_panel(tiny: Any, tmp_path: Path, mo
     assert any("eval_template_mismatch" in p.read_text() for p in html_files)
 
 
+@pytest.mark.slow
 def test_finding_counts_reach_log_history(tiny: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trainer, run, offline = _warn_mode_run(tiny, tmp_path, monkeypatch)
     history = [row for row in trainer.state.log_history if "rl_guards/preflight/blocking" in row]

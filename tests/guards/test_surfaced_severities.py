@@ -85,6 +85,7 @@ def test_task_column_candidates() -> None:
     assert task_column_candidates(rows, ["prompt", "id", "flag", "category"]) == [("category", ["a", "b", "c"])]
 
 
+@pytest.mark.slow
 def test_missing_task_column_names_the_task_like_column(make_grpo_trainer: Any) -> None:
     data = make_dataset().rename_column("task", "category")
     trainer = make_grpo_trainer(train_dataset=data, max_steps=1, reward_funcs=[_always_zero])
@@ -99,6 +100,7 @@ def _always_zero(completions: list[Any], **kwargs: Any) -> list[float]:
     return [0.0] * len(completions)
 
 
+@pytest.mark.slow
 def test_preflight_warnings_are_warned(make_grpo_trainer: Any) -> None:
     # a warm-up that transformers' constant schedule ignores: a misconfiguration the preflight warns about
     trainer = make_grpo_trainer(max_steps=1, lr_scheduler_type="constant", warmup_steps=2)

@@ -78,6 +78,7 @@ def _relabelled(n_per_task: int) -> Any:
     return data.rename_column("task", "data_source").add_column("task", ["default"] * len(data))
 
 
+@pytest.mark.slow
 def test_grpo_run_warns_once_with_the_column_and_its_counts(make_grpo_trainer: Any) -> None:
     trainer = make_grpo_trainer(train_dataset=_relabelled(40), max_steps=1, reward_funcs=[arith_correct, echo_match])
     run = rl_guards.install(trainer, guards=[TaskRewardMonitor])
@@ -88,6 +89,7 @@ def test_grpo_run_warns_once_with_the_column_and_its_counts(make_grpo_trainer: A
     assert "'default' on 100% of 80 rows" in message and "'arith' 40, 'echo' 40" in message
 
 
+@pytest.mark.slow
 def test_grpo_run_on_one_task_with_a_constant_column_is_silent(make_grpo_trainer: Any) -> None:
     data = make_dataset(n_per_task=80, tasks=("arith",))  # task 'arith' on every row; answers are numbers
     trainer = make_grpo_trainer(train_dataset=data, max_steps=1, reward_funcs=[arith_correct])
@@ -96,6 +98,7 @@ def test_grpo_run_on_one_task_with_a_constant_column_is_silent(make_grpo_trainer
     assert run.findings == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drop_task", [False, True])
 def test_label_like_metadata_under_other_names_is_a_note_not_a_warning(make_grpo_trainer: Any, drop_task: bool) -> None:
     """A single-task dataset's metadata (a language, a license) has few values on a fair share of the rows, as task

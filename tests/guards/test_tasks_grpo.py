@@ -126,6 +126,7 @@ def test_planted_dead_task_is_caught(make_grpo_trainer: Any) -> None:
     assert guard.streaks["echo"] == 2 and guard.pass_rate("echo") is None
 
 
+@pytest.mark.slow
 def test_length_probe_cli_on_the_tiny_model(tiny: TinySetup, tmp_path: Path, capsys: Any) -> None:
     from rl_guards.cli import probe_lengths
 
@@ -156,6 +157,7 @@ def test_length_probe_cli_on_the_tiny_model(tiny: TinySetup, tmp_path: Path, cap
     assert numbers["num_completions"] == 6 and numbers["share_at_cap"] == 1.0 and numbers["lower_bound"] is True
 
 
+@pytest.mark.slow
 def test_probe_lengths_measures_completions_that_end(tiny: TinySetup, tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 

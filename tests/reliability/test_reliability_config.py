@@ -63,6 +63,7 @@ def test_good_assignments_and_whole_sections() -> None:
         config.truncation = {"max_rate": 2.0}
 
 
+@pytest.mark.slow
 def test_install_checks_a_config_edited_in_place(make_grpo_trainer: Any) -> None:
     config = GuardsConfig()
     config.routing.routes["arith"] = ["arith_correct"]

@@ -24,6 +24,7 @@ from rl_guards.rollouts.recorder import INDEX_FILE, TOKENIZER_FILE
 MAX_STEPS = 3
 
 
+@pytest.mark.slow
 def test_unwritable_dump_folder_keeps_training(make_grpo_trainer: Any, tmp_path: Path) -> None:
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder\n")

@@ -37,6 +37,7 @@ def _trainer(make_grpo_trainer: Any, funcs: list[Any], **overrides: Any) -> Any:
     )
 
 
+@pytest.mark.slow
 def test_warn_keeps_the_run_and_scores_the_rows_none(make_grpo_trainer: Any) -> None:
     trainer = _trainer(make_grpo_trainer, [strict_int, arith_correct, echo_match])
     run = rl_guards.install(trainer)
@@ -53,6 +54,7 @@ def test_warn_keeps_the_run_and_scores_the_rows_none(make_grpo_trainer: Any) -> 
     assert all(h.get("rewards/strict_int/mean", 0.0) == 0.0 for h in trainer.state.log_history)
 
 
+@pytest.mark.slow
 def test_raise_stops_with_the_rows_and_saves_the_batch(make_grpo_trainer: Any, tmp_path: Path) -> None:
     trainer = _trainer(make_grpo_trainer, [strict_int, arith_correct, echo_match], output_dir=tmp_path / "out")
     rl_guards.install(trainer, {"reward_errors": {"mode": "raise"}})
@@ -64,6 +66,7 @@ def test_raise_stops_with_the_rows_and_saves_the_batch(make_grpo_trainer: Any, t
     assert [read_dump_metadata(p)["reason"] for p in dumps] == ["stopped"]  # the failing batch, saved as evidence
 
 
+@pytest.mark.slow
 def test_a_function_failing_on_every_row_is_named(make_grpo_trainer: Any) -> None:
     trainer = _trainer(make_grpo_trainer, [always_raises, arith_correct, echo_match])
     run = rl_guards.install(trainer, {"reward_errors": {"mode": "log"}})
@@ -108,6 +111,7 @@ def picky_arith(completions: list[Any], answer: list[str], **kwargs: Any) -> lis
     return out
 
 
+@pytest.mark.slow
 def test_rows_a_routed_function_raised_on_belong_to_reward_errors_not_routing(make_grpo_trainer: Any) -> None:
     """Issue 20 #4: reward_errors scores them None and training goes on; routing (default raise) must not stop the
     run on exactly those rows. One verdict per row."""

@@ -15,6 +15,8 @@ from rl_guards.testing import make_dataset
 from rl_guards.testing.healthy import count_xml
 from rl_guards.testing.rewards import arith_correct, completion_text, echo_match, final_answer, length_penalty
 
+pytestmark = pytest.mark.slow  # every test here builds a real GRPOTrainer on the tiny model
+
 THINKING = make_dataset(thinking=True)
 PLAIN = make_dataset(thinking=False)
 

@@ -15,6 +15,8 @@ from rl_guards.guards.reward_sanity import RewardSanityGuard
 from rl_guards.testing import make_dataset
 from rl_guards.testing.rewards import arith_correct, echo_match, length_penalty
 
+pytestmark = pytest.mark.slow  # every test here builds a real GRPOTrainer on the tiny model
+
 
 def inverted(completions: list[Any], answer: list[str], task: list[str], **kwargs: Any) -> list[float | None]:
     """Planted: 1 - correct (a flipped sign)."""

@@ -165,6 +165,7 @@ def decode_png(data: bytes) -> tuple[int, int, int, bytes]:
     return width, height, bpp, bytes(out)
 
 
+@pytest.mark.slow
 def test_report_renders_in_headless_chromium(run_dir: Path, tmp_path: Path) -> None:
     import numpy as np
 

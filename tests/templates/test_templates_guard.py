@@ -36,6 +36,7 @@ def _findings(trainer: Any) -> list[float]:
     return [row[key] for row in trainer.state.log_history if key in row]
 
 
+@pytest.mark.slow
 def test_clean_qwen3_run_passes(make_grpo_trainer: Any) -> None:
     OpenedProbe.seen.clear()
     trainer = make_grpo_trainer(max_steps=1, reward_funcs=[OpenedProbe()])
@@ -48,6 +49,7 @@ def test_clean_qwen3_run_passes(make_grpo_trainer: Any) -> None:
     assert OpenedProbe.seen == [(False, False)]
 
 
+@pytest.mark.slow
 def test_prefill_on_a_prefilling_template_stops_the_run(make_grpo_trainer: Any) -> None:
     OpenedProbe.seen.clear()
     trainer = make_grpo_trainer(
@@ -66,6 +68,7 @@ def test_prefill_on_a_prefilling_template_stops_the_run(make_grpo_trainer: Any) 
     assert trainer.state.global_step == 0
 
 
+@pytest.mark.slow
 def test_warn_mode_keeps_training_and_shares_the_verdict(make_grpo_trainer: Any) -> None:
     OpenedProbe.seen.clear()
     trainer = make_grpo_trainer(
@@ -82,6 +85,7 @@ def test_warn_mode_keeps_training_and_shares_the_verdict(make_grpo_trainer: Any)
     assert OpenedProbe.seen == [(True, False)]  # qwen3_5_think prefills <think> only in thinking mode
 
 
+@pytest.mark.slow
 def test_ignored_non_thinking_flag_stops_the_run(make_grpo_trainer: Any) -> None:
     trainer = make_grpo_trainer(
         max_steps=1,
@@ -93,6 +97,7 @@ def test_ignored_non_thinking_flag_stops_the_run(make_grpo_trainer: Any) -> None
         trainer.train()
 
 
+@pytest.mark.slow
 def test_findings_metric_reaches_log_history(make_grpo_trainer: Any) -> None:
     trainer = make_grpo_trainer(
         max_steps=1,
@@ -122,6 +127,7 @@ def test_guard_without_trainer_uses_the_mirror_render_path() -> None:
     assert session.metrics["rl_guards/template/findings"] == [1.0]
 
 
+@pytest.mark.slow
 def test_unhonoured_thinking_column_stops_the_run(make_grpo_trainer: Any) -> None:
     trainer = make_grpo_trainer(max_steps=1, train_dataset=make_dataset(thinking="mixed"))
     rl_guards.install(trainer, {"template": {"mode": "raise"}}, guards=[DoubleThinkGuard])
@@ -130,6 +136,7 @@ def test_unhonoured_thinking_column_stops_the_run(make_grpo_trainer: Any) -> Non
     assert "8/16 rows have enable_thinking=False" in str(info.value)
 
 
+@pytest.mark.slow
 def test_mixed_deepseek_run_cannot_turn_thinking_off(make_grpo_trainer: Any) -> None:
     from rl_guards.trl.thinking_mix import honour_thinking_column
 

@@ -63,6 +63,7 @@ def _expected(tok: Any, prompt: Any, flag: bool) -> list[int]:
     return [int(t) for t in out["input_ids"]]
 
 
+@pytest.mark.slow
 def test_grpo_renders_each_row_in_its_own_mode(make_grpo_trainer: Any) -> None:
     dataset = mix_thinking(make_dataset(), ratio=0.5, seed=0)
     trainer = make_grpo_trainer(max_steps=2, train_dataset=dataset, per_device_train_batch_size=16)
@@ -86,6 +87,7 @@ def test_grpo_renders_each_row_in_its_own_mode(make_grpo_trainer: Any) -> None:
     assert after and all(ids == _expected(tok, row["prompt"], True) for row, ids in after)  # global kwargs again
 
 
+@pytest.mark.slow
 def test_stock_trainer_ignores_the_column(make_grpo_trainer: Any) -> None:
     # The negative control: without the wrapper every row renders with the global kwargs (thinking default).
     dataset = mix_thinking(make_dataset(), ratio=0.5, seed=0)
@@ -102,6 +104,7 @@ def test_stock_trainer_ignores_the_column(make_grpo_trainer: Any) -> None:
     assert off and all(ids != _expected(tok, row["prompt"], False) for row, ids in off)
 
 
+@pytest.mark.slow
 def test_refuses_double_install(make_grpo_trainer: Any) -> None:
     trainer = make_grpo_trainer(max_steps=1)
     honour_thinking_column(trainer)
@@ -109,6 +112,7 @@ def test_refuses_double_install(make_grpo_trainer: Any) -> None:
         honour_thinking_column(trainer)
 
 
+@pytest.mark.slow
 def test_with_the_hook_each_row_knows_whether_its_prompt_opened(make_grpo_trainer: Any) -> None:
     import rl_guards
     from rl_guards.core.batch import RolloutBatch

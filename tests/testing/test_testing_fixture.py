@@ -184,6 +184,7 @@ def test_build_model_matches_the_tokenizer(tok: PreTrainedTokenizerBase) -> None
     assert all((a == b).all() for a, b in zip(model.parameters(), same.parameters(), strict=True))
 
 
+@pytest.mark.slow
 def test_warmed_model_ends_its_turns_where_a_random_one_does_not(tiny: Any) -> None:
     warmed = measure_turn_endings(tiny.load_model(), tiny.tokenizer)
     random = measure_turn_endings(build_model(tiny.tokenizer), tiny.tokenizer)
@@ -192,6 +193,7 @@ def test_warmed_model_ends_its_turns_where_a_random_one_does_not(tiny: Any) -> N
     assert 0.0 < warmed["frac_groups_zero_std"] < 1.0  # some groups dead, some with signal
 
 
+@pytest.mark.slow
 def test_tiny_setup_saves_a_loadable_model_and_tokenizer(tiny: Any) -> None:
     assert (Path(tiny.model_dir) / FIXTURE_FILE).is_file()
     assert tiny.tokenizer.chat_template == chat_template_text("qwen3")
@@ -204,6 +206,7 @@ def test_tiny_setup_saves_a_loadable_model_and_tokenizer(tiny: Any) -> None:
         assert key in tiny.stats
 
 
+@pytest.mark.slow
 def test_concurrent_builds_agree_on_one_folder(tmp_path: Path) -> None:
     results: list[Any] = []
     errors: list[BaseException] = []
@@ -341,6 +344,7 @@ def test_tiny_grpo_config_overrides_win(tmp_path: Path) -> None:
     assert tiny_grpo_config(tmp_path, gradient_checkpointing=True).gradient_checkpointing
 
 
+@pytest.mark.slow
 def test_three_grpo_steps_run_and_log_rewards(make_grpo_trainer: Any) -> None:
     trainer = make_grpo_trainer(train_dataset=make_dataset(thinking="mixed"))
     trainer.train()
@@ -351,6 +355,7 @@ def test_three_grpo_steps_run_and_log_rewards(make_grpo_trainer: Any) -> None:
     assert sum(row["completions/clipped_ratio"] for row in steps) / len(steps) < 0.5
 
 
+@pytest.mark.slow
 def test_grpo_with_a_reference_model_loads_it_from_the_model_dir(make_grpo_trainer: Any) -> None:
     trainer = make_grpo_trainer(max_steps=1, beta=0.04)
     trainer.train()

@@ -14,6 +14,8 @@ from rl_guards.core.batch import RolloutBatch
 from rl_guards.errors import GuardError
 from rl_guards.guards.base import Guard, Reporter
 
+pytestmark = pytest.mark.slow  # every test here builds a real GRPOTrainer on the tiny model
+
 
 class ProbeGuard(Guard):
     """Records what the hook hands to guards, and logs two metrics."""
