@@ -4,6 +4,9 @@ Tests never touch the network or the user's home: the hub and W&B are offline, a
 ``RL_GUARDS_CACHE``, points at a session temp dir (so a direct ``tiny_setup()`` call shares the session build).
 """
 
+# pytest's default import mode puts this file's folder, tests/, on sys.path: test modules in every subfolder
+# import the shared helper ``_rollouts_data`` by name.
+
 from __future__ import annotations
 
 import os

@@ -1,0 +1,38 @@
+"""The core and the guards stay framework-free: importing them loads neither torch nor transformers."""
+
+from __future__ import annotations
+
+import pkgutil
+import subprocess
+import sys
+
+import pytest
+
+import rl_guards.core
+import rl_guards.guards
+
+# The registry composes the guards with the TRL adapter's tensor guard, so it is adapter-side.
+ADAPTER_SIDE = {"rl_guards.guards.registry"}
+
+
+def _modules() -> list[str]:
+    names = []
+    for package in (rl_guards.core, rl_guards.guards):
+        for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+            if info.name not in ADAPTER_SIDE:
+                names.append(info.name)
+    return sorted(names)
+
+
+@pytest.mark.slow
+def test_core_and_guards_import_without_torch_or_transformers() -> None:
+    modules = _modules()
+    assert len(modules) > 15
+    code = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "heavy = sorted(k for k in ('torch', 'transformers', 'trl') if k in sys.modules)\n"
+        "print(','.join(heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "", f"framework modules pulled in by the core/guards: {out.stdout.strip()}"
