@@ -219,7 +219,7 @@ class _Plan:
 
     __slots__ = (
         "candidate",
-        "candidate_at",
+        "classify",
         "close_len",
         "close_tag",
         "cut_prefixes",
@@ -252,7 +252,7 @@ class _Plan:
         self.quick = self.name is not None and not self.header and self.plain
         self.near_miss = _near_miss_regex(self.name) if self.name is not None else None
         self.candidate = _candidate_regex(self.name) if self.name is not None else None
-        self.candidate_at = self.candidate.match if self.candidate is not None else None
+        self.classify = _classify_regex(self.name).match if self.name is not None else None
         # Both ASCII cases of the name's last character: in ASCII text every exact tag and candidate holds one (sre
         # folds an ASCII letter to its other ASCII case only; "ı", "K", "ſ" are not ASCII). One character, since
         # str.find runs memchr for a single character but ~1 ns a character for longer needles.
@@ -485,6 +485,16 @@ def _candidate_regex(name: str) -> re.Pattern[str]:
     return re.compile(r"<[ \t/]{0,7}(?i:" + re.escape(name) + ")")
 
 
+@lru_cache(maxsize=16)
+def _classify_regex(name: str) -> re.Pattern[str]:
+    """The exact open tag (group 1), the exact close tag (group 2), or a :func:`_candidate_regex` match (no group).
+
+    One anchored match per ``<`` instead of a ``startswith`` and a candidate match.
+    """
+    name = re.escape(name)
+    return re.compile(rf"<(?:({name}>)|(/{name}>)|[ \t/]{{0,7}}(?i:{name}))")
+
+
 def _id_events(token_ids: Sequence[int], open_id: int, close_id: int) -> list[_Event]:
     # list.index scans in C: a completion has thousands of ids and a handful of tags.
     ids = token_ids if isinstance(token_ids, list) else list(token_ids)
@@ -612,23 +622,26 @@ def scan(
         find = text.find
         i = find("<")
         if i >= 0:
-            startswith = text.startswith
-            candidate_at = plan.candidate_at
-            tags = plan.tags
+            classify = plan.classify
             hops = _HOPS + (len(text) >> _HOP_SHIFT)
             # The last two "<" that are no exact tag; the last one alone can start a tag cut by the end.
             last_other = before_last = -_DENSE_SPAN
             while i >= 0:
-                if startswith(tags, i):
-                    if text[i + 1] == "/":  # "</name>"; the open tag "<name>" has a letter there
-                        end = i + plan.close_len
-                        events.append((i, end, False))
-                    else:
-                        end = i + plan.open_len
-                        events.append((i, end, True))
-                        open_count += 1
-                    i = find("<", end)
-                    continue
+                # One anchored match decides a "<": exact open tag (group 1), exact close tag (group 2), near-miss
+                # candidate (no group), or neither (None: "x < 3", code).
+                m = classify(text, i)
+                if m is not None:
+                    tag = m.lastindex
+                    if tag:
+                        if tag == 1:
+                            end = i + plan.open_len
+                            events.append((i, end, True))
+                            open_count += 1
+                        else:
+                            end = i + plan.close_len
+                            events.append((i, end, False))
+                        i = find("<", end)
+                        continue
                 if not hops or i - before_last < _DENSE_SPAN:
                     near_miss = _rest_tag_events(text, i, plan, events, near_miss)
                     open_count = sum(1 for event in events if event[2])
@@ -636,7 +649,7 @@ def scan(
                     break
                 hops -= 1
                 before_last, last_other = last_other, i
-                if not near_miss and candidate_at(text, i) is not None:
+                if m is not None and not near_miss:
                     near_miss = _near_miss_at(text, i, plan)
                 i = find("<", i + 1)
             if last_other > len(text) - plan.cut_span:
