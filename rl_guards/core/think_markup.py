@@ -2,8 +2,9 @@
 
 Pure Python (no torch / transformers), linear time, and Python work per ``<``, not per character: the scan
 hops from one ``<`` to the next with ``str.find`` (memchr) and checks each (exact tag, near-miss candidate, or
-neither); past a few ``<`` that are not tags (code, inequalities) one compiled pattern walks the rest in C. A
-small state machine then walks the tag events once; the common shapes (no tag, one block) skip it.
+neither); past a budget of ``<`` that are not tags, or where they are dense (code), one compiled pattern walks the
+rest in C, unless the rest is ASCII without the name's last letter. A small state machine then walks the tag events
+once; the common shapes (no tag, one block) skip it.
 
 Model of a completion (``prompt_opened=False``)::
 
@@ -204,13 +205,13 @@ class MarkupVerdict:
 
 _Event = tuple[int, int, bool]  # (start, end, is_open)
 
-# "<" that are no tag checked one by one (a few C calls, ~0.3-0.6 us each) before one pattern pass (~0.4-0.7 ns a
-# character, ~35 ns a "<") takes the rest: a budget that grows with the text, so neither way costs much more than
-# the other.
-# Dense "<" (code, HTML: two within _HOP_GAP characters) go to the pattern at once.
+# "<" that are no tag checked one by one (two C calls, ~0.2 us) before one pattern pass (~0.6 ns a character, ~35 ns
+# a "<") takes the rest: a budget that grows with the text, so neither way costs much more than the other. Dense
+# "<" (code, HTML: three within _DENSE_SPAN characters) go to the pattern at once; a lone pair of close
+# inequalities in prose does not (the pattern would walk the whole rest of the text).
 _HOPS = 2
-_HOP_SHIFT = 10
-_HOP_GAP = 256
+_HOP_SHIFT = 8
+_DENSE_SPAN = 256
 
 
 class _Plan:
@@ -218,7 +219,7 @@ class _Plan:
 
     __slots__ = (
         "candidate",
-        "candidate_at",
+        "classify",
         "close_len",
         "close_tag",
         "cut_prefixes",
@@ -226,6 +227,7 @@ class _Plan:
         "header",
         "markup",
         "name",
+        "name_keys",
         "near_miss",
         "open_len",
         "open_tag",
@@ -250,7 +252,12 @@ class _Plan:
         self.quick = self.name is not None and not self.header and self.plain
         self.near_miss = _near_miss_regex(self.name) if self.name is not None else None
         self.candidate = _candidate_regex(self.name) if self.name is not None else None
-        self.candidate_at = self.candidate.match if self.candidate is not None else None
+        self.classify = _classify_regex(self.name).match if self.name is not None else None
+        # Both ASCII cases of the name's last character: in ASCII text every exact tag and candidate holds one (sre
+        # folds an ASCII letter to its other ASCII case only; "ı", "K", "ſ" are not ASCII). One character, since
+        # str.find runs memchr for a single character but ~1 ns a character for longer needles.
+        last = self.name[-1] if self.name is not None else ""
+        self.name_keys = tuple(dict.fromkeys((last.lower(), last.upper()))) if last else ()
 
 
 _PLANS: dict[int, _Plan] = {}
@@ -282,6 +289,26 @@ def _pattern_tag_events(text: str, pos: int, plan: _Plan, events: list[_Event], 
         elif not near:
             near = _near_miss_at(text, s, plan)
     return near
+
+
+def _rest_tag_events(text: str, pos: int, plan: _Plan, events: list[_Event], near: bool) -> bool:
+    """:func:`_pattern_tag_events`, skipped when an ASCII rest holds no case of the name's last character.
+
+    Code answers: a ``<`` every ~20 characters costs the pattern ~35 ns each; two memchr passes cost ~0.02 ns a
+    character.
+    """
+    if text.isascii():
+        rest, start = text, pos
+    else:
+        rest, start = text[pos:], 0  # a slice is stored as narrow as its own characters allow
+    if rest.isascii():
+        find = rest.find
+        for key in plan.name_keys:
+            if find(key, start) >= 0:
+                break
+        else:
+            return near
+    return _pattern_tag_events(text, pos, plan, events, near)
 
 
 def _near_miss_at(text: str, s: int, plan: _Plan) -> bool:
@@ -458,6 +485,16 @@ def _candidate_regex(name: str) -> re.Pattern[str]:
     return re.compile(r"<[ \t/]{0,7}(?i:" + re.escape(name) + ")")
 
 
+@lru_cache(maxsize=16)
+def _classify_regex(name: str) -> re.Pattern[str]:
+    """The exact open tag (group 1), the exact close tag (group 2), or a :func:`_candidate_regex` match (no group).
+
+    One anchored match per ``<`` instead of a ``startswith`` and a candidate match.
+    """
+    name = re.escape(name)
+    return re.compile(rf"<(?:({name}>)|(/{name}>)|[ \t/]{{0,7}}(?i:{name}))")
+
+
 def _id_events(token_ids: Sequence[int], open_id: int, close_id: int) -> list[_Event]:
     # list.index scans in C: a completion has thousands of ids and a handful of tags.
     ids = token_ids if isinstance(token_ids, list) else list(token_ids)
@@ -560,8 +597,9 @@ def scan(
 ) -> MarkupVerdict:
     """Classify one completion's think markup. Never raises on any ``str``; linear in ``len(text)``.
 
-    Cost: a few ``str.find`` calls when the text's only ``<`` are its tags; one compiled-pattern pass over the rest
-    of the text from the first other ``<``; Python work per tag, not per character.
+    Cost: a few ``str.find`` calls when the text's only ``<`` are its tags; two C calls per other ``<`` while they
+    are sparse, then one compiled-pattern pass over the rest (or two memchr passes when an ASCII rest cannot hold a
+    tag); Python work per tag, not per character.
     """
     if not isinstance(text, str):
         raise TypeError(f"scan() needs a str, got {type(text).__name__}")
@@ -580,36 +618,40 @@ def scan(
     if plan.name is not None:
         # Every tag and near miss starts with "<" and holds no other "<": hop from "<" to "<" with str.find
         # (memchr). A "<" that is no tag (inequality, code, near miss) costs one candidate match; past a budget of
-        # them, one compiled pattern walks the rest of the text in C.
+        # them, or at three within _DENSE_SPAN characters (code), the rest goes to _rest_tag_events in C.
         find = text.find
         i = find("<")
         if i >= 0:
-            startswith = text.startswith
-            tags = plan.tags
+            classify = plan.classify
             hops = _HOPS + (len(text) >> _HOP_SHIFT)
-            last_other = -_HOP_GAP  # the last "<" that is no tag: only such a "<" can start a tag cut by the end
+            # The last two "<" that are no exact tag; the last one alone can start a tag cut by the end.
+            last_other = before_last = -_DENSE_SPAN
             while i >= 0:
-                if startswith(tags, i):
-                    if text[i + 1] == "/":  # "</name>"; the open tag "<name>" has a letter there
-                        end = i + plan.close_len
-                        events.append((i, end, False))
-                    else:
-                        end = i + plan.open_len
-                        events.append((i, end, True))
-                        open_count += 1
-                elif hops and i - last_other >= _HOP_GAP:
-                    hops -= 1
-                    last_other = i
-                    if not near_miss and plan.candidate_at(text, i) is not None:
-                        near_miss = _near_miss_at(text, i, plan)
-                    i = find("<", i + 1)
-                    continue
-                else:
-                    near_miss = _pattern_tag_events(text, i, plan, events, near_miss)
+                # One anchored match decides a "<": exact open tag (group 1), exact close tag (group 2), near-miss
+                # candidate (no group), or neither (None: "x < 3", code).
+                m = classify(text, i)
+                if m is not None:
+                    tag = m.lastindex
+                    if tag:
+                        if tag == 1:
+                            end = i + plan.open_len
+                            events.append((i, end, True))
+                            open_count += 1
+                        else:
+                            end = i + plan.close_len
+                            events.append((i, end, False))
+                        i = find("<", end)
+                        continue
+                if not hops or i - before_last < _DENSE_SPAN:
+                    near_miss = _rest_tag_events(text, i, plan, events, near_miss)
                     open_count = sum(1 for event in events if event[2])
                     last_other = text.rfind("<")
                     break
-                i = find("<", end)
+                hops -= 1
+                before_last, last_other = last_other, i
+                if m is not None and not near_miss:
+                    near_miss = _near_miss_at(text, i, plan)
+                i = find("<", i + 1)
             if last_other > len(text) - plan.cut_span:
                 cut = _cut_tag_at_end(text, plan)
     else:
