@@ -257,7 +257,7 @@ DECAYING_SCHEDULES = frozenset(
     {"linear", "cosine", "cosine_with_restarts", "polynomial", "cosine_with_min_lr", "cosine_warmup_with_min_lr"}
 )
 CONSTANT_SCHEDULES = frozenset({"constant", "constant_with_warmup"})
-SWEEP_FIX = "run a short LR sweep over schedules (rl_guards.trl.lr_sweep.run_lr_sweep, examples/lr_sweep.py)"
+SWEEP_FIX = "run a short LR sweep over schedules (rl_guards.sweeps.lr_sweep.run_lr_sweep, examples/lr_sweep.py)"
 
 
 def check_lr_schedule(choices: TrainingChoices) -> list[PreflightFinding]:

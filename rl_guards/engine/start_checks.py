@@ -18,7 +18,7 @@ from typing import Any
 
 from rl_guards.config import GuardsConfig
 from rl_guards.errors import GuardError
-from rl_guards.guards.base import Finding, Guard, GuardSession, RunContext, run_hook
+from rl_guards.guards.base import Finding, Guard, GuardSession, RunContext, overrides, run_hook
 
 
 @dataclass
@@ -152,7 +152,7 @@ def run_begin(guards: Sequence[Guard], session: GuardSession, step: int) -> Guar
     session.phase = "begin"
     try:
         for guard in guards:
-            if not hasattr(guard, "on_train_begin"):
+            if not overrides(guard, "on_train_begin"):
                 continue
             try:
                 run_hook(guard, "on_train_begin", session, step, settle=False)

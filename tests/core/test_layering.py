@@ -1,4 +1,5 @@
-"""The core and the guards stay framework-free: importing them loads neither torch nor transformers."""
+"""The core, the guards, the engine and the rollout records stay framework-free: importing them loads neither torch
+nor transformers (the engine imports torch only for collectives, when there are other ranks)."""
 
 from __future__ import annotations
 
@@ -9,18 +10,16 @@ import sys
 import pytest
 
 import rl_guards.core
+import rl_guards.engine
 import rl_guards.guards
-
-# The registry composes the guards with the TRL adapter's tensor guard, so it is adapter-side.
-ADAPTER_SIDE = {"rl_guards.guards.registry"}
+import rl_guards.rollouts
 
 
 def _modules() -> list[str]:
     names = []
-    for package in (rl_guards.core, rl_guards.guards):
+    for package in (rl_guards.core, rl_guards.guards, rl_guards.engine, rl_guards.rollouts):
         for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
-            if info.name not in ADAPTER_SIDE:
-                names.append(info.name)
+            names.append(info.name)
     return sorted(names)
 
 

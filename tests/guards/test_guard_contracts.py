@@ -78,3 +78,46 @@ def test_guard_metrics_are_namespaced_and_state_round_trips(cls: type[Guard], tm
     fresh.setup(RunContext(output_dir=str(tmp_path)))
     fresh.load_state_dict(json.loads(text))
     assert fresh.state_dict() == state
+
+
+# Public attributes of a guard that are not hooks: identity, config and declared feature names (data, not calls).
+NOT_HOOKS = {"name", "config_field", "enabled", "FEATURES", "TENSOR_FEATURES", "HOOKS", "MAX_PENDING"}
+
+
+def test_the_base_class_declares_every_hook() -> None:
+    for hook in Guard.HOOKS:
+        assert callable(getattr(Guard, hook, None)), f"Guard.{hook} is in HOOKS but not defined"
+    public = {n for n in dir(Guard) if not n.startswith("_")}
+    assert public - NOT_HOOKS == set(Guard.HOOKS)
+
+
+@pytest.mark.parametrize("cls", GUARDS, ids=lambda c: c.name)
+def test_every_public_method_is_a_declared_hook(cls: type[Guard]) -> None:
+    """The driver calls hooks only (no hasattr discovery): a guard's other methods are its own (private)."""
+    import inspect
+
+    extra = []
+    for name, value in inspect.getmembers(cls):
+        if name.startswith("_") or name in NOT_HOOKS or isinstance(value, property) or name.isupper():
+            continue
+        if callable(value) and name not in Guard.HOOKS:
+            extra.append(name)
+    assert extra == [], f"{cls.__name__}: public methods that are not hooks: {extra}"
+    for hook in Guard.HOOKS:  # an overridden hook keeps the base signature's parameters
+        mine, base = inspect.signature(getattr(cls, hook)), inspect.signature(getattr(Guard, hook))
+        assert list(mine.parameters) == list(base.parameters), f"{cls.__name__}.{hook}{mine} vs Guard{base}"
+
+
+def test_the_engine_calls_only_declared_hooks() -> None:
+    import re
+
+    import rl_guards.engine as engine
+
+    called = set()
+    for path in Path(engine.__file__).parent.glob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        hook_call = r'(?:run_hook\(guard, |self\._run\(|overrides\([a-z]+, |_dispatch\()"([a-z_]+)"'
+        called |= set(re.findall(hook_call, text))
+        called |= set(re.findall(r"\b(?:g|guard|verdicts\[0\])\.([a-z_]+)\(", text))
+    assert {"on_batch", "after_batch", "check_tensors", "before_save"} <= called, sorted(called)
+    assert called <= set(Guard.HOOKS) | {"name"}, sorted(called - set(Guard.HOOKS))

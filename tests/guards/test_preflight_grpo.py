@@ -15,10 +15,10 @@ from rl_guards.errors import PreflightError
 from rl_guards.guards.base import RLGuardsWarning
 from rl_guards.guards.preflight import WANDB_REPORT_KEY, WANDB_TABLE_KEY, PreflightGuard
 from rl_guards.guards.task_rewards import TaskRewardMonitor
+from rl_guards.sweeps.lr_sweep import reward_curves, run_lr_sweep
 from rl_guards.testing import make_dataset, tiny_grpo_config
 from rl_guards.testing.rewards import arith_correct, echo_match, length_penalty
 from rl_guards.testing.wandb_offline import find_offline_runs, read_offline_run
-from rl_guards.trl.lr_sweep import reward_curves, run_lr_sweep
 
 THINK_OFF = {"enable_thinking": False}
 
