@@ -1,0 +1,168 @@
+"""The engine on hand-built rows: no trainer, no torch collectives, one process.
+
+A driver hands the engine ``LocalRows`` and events; these tests check what the engine does with them: the batch
+the guards see, the metrics handed to the sink, stops (with the failing batch's metrics logged first), a guard's
+own bug, rows a driver could not build, the state round trip, and the token-id buffers that cross ranks.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+from rl_guards.config import GuardsConfig
+from rl_guards.core.batch import RolloutBatch
+from rl_guards.engine.assembly import LocalRows, pack_ids, unpack_ids
+from rl_guards.engine.driver import Engine
+from rl_guards.engine.state import engine_state, restore_engine
+from rl_guards.errors import GuardError
+from rl_guards.guards.base import Guard, Reporter, RunContext
+from rl_guards.guards.dead_groups import DeadGroupGuard
+from rl_guards.guards.task_rewards import TaskRewardMonitor
+
+
+class LongRows(Guard):
+    """A test guard: a per-row feature (completion length) on held rows; stops on a row longer than ``limit``."""
+
+    name: ClassVar[str] = "long_rows"
+    config_field: ClassVar[str] = "truncation"
+    FEATURES: ClassVar[tuple[str, ...]] = ("len",)
+    limit = 10
+
+    def __init__(self, config: GuardsConfig) -> None:
+        super().__init__(config)
+        self.seen: list[RolloutBatch] = []
+
+    def scan(self, batch: RolloutBatch) -> dict[str, list[float]]:
+        return {"len": [float(len(batch.completion_ids[i])) for i in batch.held_rows]}
+
+    def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
+        self.seen.append(batch)
+        lengths = self.features(batch)["len"]
+        report.metric("longest", max(lengths))
+        long = [i for i, n in enumerate(lengths) if n > self.limit]
+        if long:
+            report.violation("too_long", lambda: f"rows {long} are longer than {self.limit}", GuardError, rows=long)
+
+
+class BrokenScan(Guard):
+    name: ClassVar[str] = "broken"
+    config_field: ClassVar[str] = "truncation"
+    FEATURES: ClassVar[tuple[str, ...]] = ("x",)
+
+    def scan(self, batch: RolloutBatch) -> dict[str, list[float]]:
+        raise ZeroDivisionError("a guard's own bug")
+
+
+def _rows(step: int, rewards: list[float], lengths: list[int], tasks: list[str], group: int = 2) -> LocalRows:
+    n = len(rewards)
+    return LocalRows(
+        step=step,
+        mode="train",
+        num_generations=group,
+        reward_names=["r"],
+        reward_weights=[1.0],
+        rewards=np.asarray(rewards, dtype=np.float64).reshape(n, 1),
+        advantages=[0.0] * n,
+        tasks=tasks,
+        completions=["x" * k for k in lengths],
+        completion_ids=[list(range(1, k + 1)) for k in lengths],
+        prompt_ids=[[100, 101]] * n,
+        truncated=[False] * n,
+        thinking=[None] * n,
+        prompt_opened=[False] * n,
+        columns={"id": list(range(n))},
+    )
+
+
+def _engine(guards: list[type[Guard]], config: dict[str, Any] | None = None) -> tuple[Engine, list[Any]]:
+    cfg = GuardsConfig.from_dict(config or {})
+    engine = Engine(cfg, [cls(cfg) for cls in guards], RunContext(output_dir="unused"))
+    sunk: list[Any] = []
+    engine.metrics_sink = lambda mode, metrics: sunk.append((mode, metrics))
+    engine.setup()
+    return engine, sunk
+
+
+def test_a_batch_reaches_every_guard_with_every_row_and_metrics_reach_the_sink() -> None:
+    engine, sunk = _engine([TaskRewardMonitor, DeadGroupGuard, LongRows])
+    batch = engine.process(_rows(1, [1.0, 0.0, 1.0, 1.0], [3, 4, 5, 6], ["a", "a", "b", "b"]))
+    assert batch is not None and batch.local_rows is None  # one process holds every row
+    guard = engine.guard("long_rows")
+    assert isinstance(guard, LongRows) and guard.seen == [batch]
+    assert batch.features["long_rows/len"] == [3.0, 4.0, 5.0, 6.0]
+    assert batch.completion_lengths == [3, 4, 5, 6] and batch.tasks == ["a", "a", "b", "b"]
+    assert batch.rewards == [[1.0], [0.0], [1.0], [1.0]]
+    ((mode, metrics),) = sunk
+    assert mode == "train" and metrics["rl_guards/long_rows/longest"] == [6.0]
+    assert "rl_guards_task/b/dead_group_share" in metrics  # the per-task monitors ran on the same batch
+    assert engine.batches_seen == 1 and not engine.session.findings
+
+
+def test_skipped_rewards_read_as_none() -> None:
+    engine, _ = _engine([LongRows])
+    batch = engine.process(_rows(1, [1.0, float("nan")], [1, 2], ["a", "a"]))
+    assert batch is not None and batch.rewards == [[1.0], [None]]
+
+
+def test_a_raise_mode_violation_stops_after_every_guard_ran_and_logs_its_batch_first() -> None:
+    engine, sunk = _engine([LongRows, TaskRewardMonitor], {"truncation": {"mode": "raise"}})
+    logged: list[int | None] = []
+    engine.log_now = logged.append
+    with pytest.raises(GuardError, match=r"rows \[1\] are longer than 10"):
+        engine.process(_rows(3, [1.0, 0.0], [2, 11], ["a", "a"]))
+    assert logged == [3]  # the failing batch's metrics are logged at its own step before the raise
+    assert "rl_guards/long_rows/longest" in sunk[-1][1] and any(k.startswith("rl_guards_task/a/") for k in sunk[-1][1])
+    assert [(f.guard, f.kind, f.severity) for f in engine.session.findings] == [("long_rows", "too_long", "error")]
+
+
+def test_warn_mode_goes_on_and_counts() -> None:
+    engine, _ = _engine([LongRows], {"truncation": {"mode": "warn"}})
+    with pytest.warns(UserWarning, match="longer than 10"):
+        engine.process(_rows(1, [1.0, 0.0], [2, 11], ["a", "a"]))
+    engine.process(_rows(2, [1.0, 0.0], [2, 12], ["a", "a"]))
+    assert engine.session.counts[("long_rows", "too_long")] == 2
+
+
+def test_a_guards_own_bug_is_counted_and_its_features_read_as_zeros() -> None:
+    engine, _ = _engine([BrokenScan, LongRows])
+    with pytest.warns(UserWarning, match="scan failed: ZeroDivisionError"):
+        batch = engine.process(_rows(1, [1.0, 0.0], [2, 3], ["a", "a"]))
+    assert batch is not None and batch.features["broken/x"] == [0.0, 0.0]
+    assert batch.features["long_rows/len"] == [2.0, 3.0]  # the guards after it still ran
+
+
+def test_rows_a_driver_could_not_build_skip_the_batch_with_a_warning() -> None:
+    engine, _ = _engine([LongRows])
+    with pytest.warns(UserWarning, match="batch guards skipped at step 4: ValueError: bad row"):
+        out = engine.process(LocalRows.failed(4, "train", 2, np.zeros((2, 1)), "ValueError: bad row"))
+    assert out is None and engine.batches_seen == 0 and engine.guard("long_rows").seen == []
+
+
+def test_the_state_round_trips_into_a_fresh_engine() -> None:
+    engine, _ = _engine([TaskRewardMonitor, DeadGroupGuard, LongRows], {"truncation": {"mode": "log"}})
+    for step in range(1, 4):
+        engine.process(_rows(step, [1.0, 1.0, 0.0, 1.0], [2, 20, 3, 4], ["a", "a", "b", "b"]))
+    saved = {"attributes": engine_state(engine, 3)}
+    fresh, _ = _engine([TaskRewardMonitor, DeadGroupGuard, LongRows], {"truncation": {"mode": "log"}})
+    restore_engine(fresh, saved, 3)
+    assert fresh.batches_seen == 3
+    assert fresh.session.counts == engine.session.counts and fresh.session.counts[("long_rows", "too_long")] == 3
+    assert engine_state(fresh, 3) == saved["attributes"]
+
+
+def test_a_damaged_state_is_said_once_and_the_rest_restores() -> None:
+    engine, _ = _engine([LongRows])
+    with pytest.warns(UserWarning, match="could not be restored in full"):
+        restore_engine(engine, {"attributes": {"version": 1, "guards": {}, "session": "garbage", "batches_seen": 5}}, 7)
+    assert engine.batches_seen == 5
+    assert ("state", "state_not_restored") in engine.session.counts
+
+
+@pytest.mark.parametrize("rows", [[], [[]], [[1, 2, 3], [], [2**31 - 1]], [list(range(5000))] * 3])
+def test_token_id_buffers_round_trip(rows: list[list[int]]) -> None:
+    packed = pack_ids(rows)
+    assert all(isinstance(part, bytes) for part in packed)
+    assert unpack_ids(packed) == rows
