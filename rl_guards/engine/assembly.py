@@ -144,17 +144,27 @@ class Assembly:
             )
             return None
         columns = dict(zip(self.feature_names, gathered.T, strict=True))
-        names = self._task_names_of(columns["task"].astype(np.int64), local.tasks)
-        batch.raw_tasks = names
-        batch.tasks = self._task_labels(names, local.step)
+        # Names and labels per distinct task, then per row (a batch has a handful of tasks and thousands of rows).
+        unique_names, inverse = self._task_names_of(columns["task"].astype(np.int64), local.tasks)
+        unique_labels = self._task_labels(unique_names, local.step)
+        rows_of = inverse.tolist()
+        batch.raw_tasks = [unique_names[i] for i in rows_of]
+        batch.tasks = [unique_labels[i] for i in rows_of]
         batch.advantages = columns["advantage"].tolist()
-        batch.completion_lengths = columns["length"].astype(np.int64).tolist()
+        lengths = columns["length"].astype(np.int64)
+        batch.completion_lengths = lengths.tolist()
         batch.truncated = (columns["truncated"] != 0).tolist()
         thinking = columns["thinking"]
         batch.thinking = [None if v < 0 else v > 0 for v in thinking.tolist()]
         batch.prompt_opened = (columns["prompt_opened"] != 0).tolist()
         batch.features = {n: columns[n].tolist() for n in self.feature_names[len(BASE_FEATURES) :]}
         batch.__post_init__()
+        # The batch's numeric views, from the arrays at hand (the values its cached properties would compute)
+        labels = sorted(set(unique_labels))
+        position = {t: i for i, t in enumerate(labels)}
+        label_index = np.asarray([position[t] for t in unique_labels], dtype=np.int64)
+        batch.__dict__["task_index"] = (labels, label_index[inverse])
+        batch.__dict__["lengths"] = lengths
         return batch
 
     def _shell(self, local: LocalRows, rewards: np.ndarray, held: range) -> RolloutBatch:
@@ -175,11 +185,15 @@ class Assembly:
         advantages = [0.0] * n
         advantages[lo:hi] = [float(a) for a in local.advantages][: len(held)]
         nan = np.isnan(rewards)
-        reward_rows = rewards.tolist()
         if nan.any():  # None where a function skipped the row
-            for i, j in zip(*np.nonzero(nan), strict=True):
-                reward_rows[i][j] = None
-        return RolloutBatch(
+            cells = rewards.astype(object)
+            cells[nan] = None
+            reward_rows = cells.tolist()
+        else:
+            reward_rows = rewards.tolist()
+        lengths = [0] * n
+        lengths[lo:hi] = [len(ids) for ids in local.completion_ids]
+        batch = RolloutBatch(
             step=local.step,
             mode=local.mode,
             num_generations=int(local.num_generations or 1),
@@ -202,7 +216,11 @@ class Assembly:
             prompt_opened=spread(local.prompt_opened or [False] * len(held), False),
             local_rows=held if n != len(held) else None,
             reward_inputs=local.reward_inputs,
+            completion_lengths=lengths,
         )
+        if n:  # what RolloutBatch.reward_matrix computes from the rows (None -> NaN), from the array at hand
+            batch.__dict__["reward_matrix"] = np.array(rewards, dtype=np.float64)
+        return batch
 
     def _host_values(self, batch: RolloutBatch, local: LocalRows) -> np.ndarray:
         """``[held rows, host features]``: the base numbers, then every guard's ``scan`` (zeros for a failing one)."""
@@ -248,8 +266,9 @@ class Assembly:
                 columns += [None for _ in guard.TENSOR_FEATURES]
         return columns
 
-    def _task_names_of(self, hashes: np.ndarray, local_names: list[str]) -> list[str]:
-        """Every row's task name from the gathered ids; names new to the run are exchanged once, in sorted order."""
+    def _task_names_of(self, hashes: np.ndarray, local_names: list[str]) -> tuple[list[str], np.ndarray]:
+        """The task name of each distinct gathered id, and per row the index of its id in that list; names new to
+        the run are exchanged once, in sorted order."""
         known = self.task_registry
         unique, inverse = np.unique(hashes, return_inverse=True)
         unknown = [int(h) for h in unique if int(h) not in known]
@@ -258,8 +277,7 @@ class Assembly:
             mine = {task_hash(name): name for name in set(local_names)}
             for part in self.ranks.all_gather_objects({h: t for h, t in mine.items() if h in wanted}):
                 known.update(part)
-        names = [known.get(int(h), "") for h in unique]
-        return [names[i] for i in inverse.tolist()]
+        return [known.get(int(h), "") for h in unique.tolist()], inverse.reshape(-1)
 
     def _task_labels(self, names: list[str], step: int) -> list[str]:
         """Metric labels of the batch's tasks under ``tasks.max_tasks``; says once when the cap applies."""
