@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -147,17 +148,20 @@ class Assembly:
         # Names and labels per distinct task, then per row (a batch has a handful of tasks and thousands of rows).
         unique_names, inverse = self._task_names_of(columns["task"].astype(np.int64), local.tasks)
         unique_labels = self._task_labels(unique_names, local.step)
-        rows_of = inverse.tolist()
-        batch.raw_tasks = [unique_names[i] for i in rows_of]
-        batch.tasks = [unique_labels[i] for i in rows_of]
+        batch.raw_tasks = _pick(unique_names, inverse)
+        batch.tasks = _pick(unique_labels, inverse)
         batch.advantages = columns["advantage"].tolist()
         lengths = columns["length"].astype(np.int64)
         batch.completion_lengths = lengths.tolist()
         batch.truncated = (columns["truncated"] != 0).tolist()
         thinking = columns["thinking"]
-        batch.thinking = [None if v < 0 else v > 0 for v in thinking.tolist()]
+        modes = (thinking > 0).astype(object)  # Python bools; None where unknown (-1)
+        modes[thinking < 0] = None
+        batch.thinking = modes.tolist()
         batch.prompt_opened = (columns["prompt_opened"] != 0).tolist()
         batch.features = {n: columns[n].tolist() for n in self.feature_names[len(BASE_FEATURES) :]}
+        # each features list with the column it came from (RolloutBatch.column_array)
+        batch.__dict__["_gathered_arrays"] = {id(v): (v, columns[n]) for n, v in batch.features.items()}
         batch.__post_init__()
         # The batch's numeric views, from the arrays at hand (the values its cached properties would compute)
         labels = sorted(set(unique_labels))
@@ -347,23 +351,41 @@ class Assembly:
             return  # this rank's own rows
         completion_ids = unpack_ids(part["completion_ids"])
         prompt_ids = unpack_ids(part["prompt_ids"])
-        for k, row in enumerate(rows):
-            batch.completions[row] = part["completions"][k]
-            batch.completion_ids[row] = completion_ids[k]
-            batch.prompt_ids[row] = prompt_ids[k]
-            if row < len(batch.prompts):
-                batch.prompts[row] = part["prompts"][k]
+        lo, hi = rows[0], rows[0] + len(rows)
+        n = len(batch)
+        if (
+            hi <= n
+            and len(batch.completion_ids) == n
+            and len(batch.prompt_ids) == n
+            and hi <= len(batch.prompts)
+            and rows == list(range(lo, hi))
+            and len(part["completions"]) == len(part["prompts"]) == len(completion_ids) == len(prompt_ids) == len(rows)
+        ):  # a rank's rows are one block: slice assignments (the same cells as the loop below)
+            batch.completions[lo:hi] = part["completions"]
+            batch.completion_ids[lo:hi] = completion_ids
+            batch.prompt_ids[lo:hi] = prompt_ids
+            batch.prompts[lo:hi] = part["prompts"]
+        else:
+            for k, row in enumerate(rows):
+                batch.completions[row] = part["completions"][k]
+                batch.completion_ids[row] = completion_ids[k]
+                batch.prompt_ids[row] = prompt_ids[k]
+                if row < len(batch.prompts):
+                    batch.prompts[row] = part["prompts"][k]
         for name, values in part["columns"].items():
             column = batch.columns.setdefault(name, [None] * len(batch))
-            for row, value in zip(rows, values, strict=True):
-                column[row] = value
+            if hi <= len(column) and len(values) == len(rows) and rows == list(range(lo, hi)):
+                column[lo:hi] = values
+            else:
+                for row, value in zip(rows, values, strict=True):
+                    column[row] = value
         batch.evidence.update(part.get("evidence", {}))
 
 
 def pack_ids(rows: Sequence[Sequence[int]]) -> tuple[bytes, bytes]:
     """Token-id rows as two flat buffers: int32 ids end to end, and int64 row ends (cheap to pickle and send)."""
     lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
-    flat = np.fromiter((t for r in rows for t in r), dtype=np.int32, count=int(lengths.sum()))
+    flat = np.fromiter(chain.from_iterable(rows), dtype=np.int32, count=int(lengths.sum()))
     return flat.tobytes(), np.cumsum(lengths).tobytes()
 
 
@@ -376,6 +398,13 @@ def unpack_ids(packed: tuple[bytes, bytes]) -> list[list[int]]:
         out.append(flat[start:end])
         start = end
     return out
+
+
+def _pick(values: list[str], index: np.ndarray) -> list[str]:
+    """``[values[i] for i in index]``, in one numpy pass."""
+    table = np.empty(len(values), dtype=object)
+    table[:] = values
+    return table[index].tolist()
 
 
 def _safe_evidence(guard: Guard, batch: RolloutBatch, row: int) -> str | None:

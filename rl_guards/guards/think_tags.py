@@ -142,7 +142,7 @@ class ThinkTagsGuard(Guard):
         n = len(batch)
         if n == 0:
             return
-        feats = {k: np.asarray(v, dtype=np.int64) for k, v in self.features(batch).items()}
+        feats = {k: batch.column_array(v).astype(np.int64) for k, v in self.features(batch).items()}
         codes, wrong, thinking = feats["codes"], feats["wrong"] != 0, feats["thinking"] != 0
         names, index = batch.task_index
         code_rows = {code: (codes >> bit) & 1 for bit, code in enumerate(ALL_CODES)}
