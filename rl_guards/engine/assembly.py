@@ -391,11 +391,11 @@ def pack_ids(rows: Sequence[Sequence[int]]) -> tuple[bytes, bytes]:
 
 def unpack_ids(packed: tuple[bytes, bytes]) -> list[list[int]]:
     """The rows :func:`pack_ids` packed."""
-    flat = np.frombuffer(packed[0], dtype=np.int32).tolist()
+    flat = np.frombuffer(packed[0], dtype=np.int32)
     ends = np.frombuffer(packed[1], dtype=np.int64).tolist()
     out, start = [], 0
-    for end in ends:
-        out.append(flat[start:end])
+    for end in ends:  # each row's ints straight from the buffer (no list of the whole batch to slice)
+        out.append(flat[start:end].tolist())
         start = end
     return out
 
