@@ -222,7 +222,8 @@ class Assembly:
             reward_inputs=local.reward_inputs,
             completion_lengths=lengths,
         )
-        if n:  # what RolloutBatch.reward_matrix computes from the rows (None -> NaN), from the array at hand
+        # what RolloutBatch.reward_matrix computes from the rows (None -> NaN), from the array at hand
+        if n and rewards.shape[1]:
             batch.__dict__["reward_matrix"] = np.array(rewards, dtype=np.float64)
         return batch
 
