@@ -28,7 +28,7 @@ Prints one line per figure (then the details):
   tokens per step, every guard switched on and off per step inside it (bench_overhead's interleaving), the guards'
   own time per guarded step over the median unguarded step. Target: <= 1 %.
 
-Run: ``.venv/bin/python benchmarks/bench_scale.py [--quick] [--device cuda]`` (~3-5 minutes on 2 CPU cores).
+Run: ``.venv/bin/python benchmarks/bench_scale.py [--quick] [--device cuda]`` (~1-2 minutes on 2 CPU cores).
 ``--device cuda`` puts the batch tensors on the GPU and runs the hook under ``torch.cuda.set_sync_debug_mode("warn")``
 (not run here: no GPU on this machine). Timings on a shared machine are noisy (about +-30 %).
 """
@@ -193,17 +193,17 @@ def scale_figures(quick: bool, device: str) -> dict[str, Any]:
         f"target <= 1.5x: {'met' if ratio <= 1.5 else 'NOT met'})"
     )
     rank0 = {1: w1["total_ms_median"], 2: w2[0]["total_ms_median"], **model}
+    print(f"hook ms per batch, rank 0, {ROWS}x{TOKENS} per rank: " + ", ".join(f"W={w} {rank0[w]:.1f}" for w in WORLDS))
     print(
-        f"hook ms per batch, rank 0, {ROWS}x{TOKENS} per rank: "
-        + ", ".join(f"W={w} {rank0[w]:.1f}" for w in WORLDS)
-        + " (W=1,2 measured under torchrun with gloo; larger W: the real hook on rank 0 with the collectives "
-        "replaced by their results, plus their modelled wait, as in the details)"
+        "  (W=1,2 measured under torchrun with gloo; larger W: the real hook on rank 0 with the collectives replaced "
+        "by their results, plus their modelled wait, as in the details)"
     )
     dump = sim[64]["dump"]
+    print(f"dump step ms on rank 0 at W=64: {dump['dump']:.1f}")
     print(
-        f"dump step ms on rank 0 at W=64: {dump['dump']:.1f} (Assembly.fill_rows of 64 ranks' text and ids "
-        f"{dump['fill_rows']:.1f} + the recorder's on_batch/after_batch {dump['recorder']:.1f}; the whole hook on "
-        f"that batch {dump['hook']:.1f}; target <= 50: {'met' if dump['dump'] <= 50 else 'NOT met'})"
+        f"  (Assembly.fill_rows of 64 ranks' text and ids {dump['fill_rows']:.1f} + the recorder's "
+        f"on_batch/after_batch {dump['recorder']:.1f}; the whole hook on that batch {dump['hook']:.1f}; target <= 50: "
+        f"{'met' if dump['dump'] <= 50 else 'NOT met'})"
     )
     return {"w1": w1, "w2": w2, "sim": sim, "per_byte": per_byte, "model": model,
             "measured": measured, "features": features, "comm": {w: comm(w) for w in WORLDS[1:]},
