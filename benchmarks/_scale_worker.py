@@ -3,10 +3,14 @@
 Each rank holds its own synthetic batch (real Qwen vocabulary text with think blocks, 8 generations per prompt,
 three tasks, some truncated; bench_overhead's builders), the rewards of every rank's rows (TRL gathers them before
 the hook sees them; gathered here once, untimed), and a real :class:`~rl_guards.trl.hook.GuardRun` with every guard
-on a stand-in trainer holding what the hook reads. It then times ``GuardRun._after_generation`` (the call the hook
-makes after TRL's ``_generate_and_score_completions``) on non-dump batches, split into parts: this rank's own rows
-and scans, the gather of numbers, and the rest (the guards' decisions on the gathered numbers, the agreement).
-Prints one JSON line per rank. Usage: ``python _scale_worker.py ROWS TOKENS REPEATS [--device cuda]``.
+installed on a stand-in trainer holding what the hook reads. Each timed batch goes through the trainer's wrapped
+methods as TRL calls them: ``trainer._calculate_rewards(...)`` then ``trainer._generate_and_score_completions(inputs)``
+(the stand-in's originals return the prepared rewards and tensors), on non-dump batches. The time is split into
+parts: this rank's own work before the gather (``Engine.check_tensors``, ``trl.rollout_rows.local_rows``, the shell
+and the guards' scans in ``Assembly.assemble``), the gather of numbers, the rest of ``Assembly.assemble`` (the
+per-row numbers of every rank's rows), and the decisions (``Engine.process`` after ``assemble``: the guards, the
+agreement, settle, metrics). Prints one JSON line per rank. Usage:
+``python _scale_worker.py ROWS TOKENS REPEATS [--device cuda]``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -58,44 +63,39 @@ def calibrate(world: int, features: int, device: torch.device) -> dict[str, floa
     }
 
 
-def main() -> None:
-    rows, tokens, repeats = (int(a) for a in sys.argv[1:4])
-    device = torch.device(sys.argv[sys.argv.index("--device") + 1]) if "--device" in sys.argv else torch.device("cpu")
-    torch.set_num_threads(1)
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    if world > 1:
-        torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    from collections import defaultdict
+class HookBench:
+    """A real ``GuardRun`` (every guard) on a stand-in trainer, fed one prepared batch as TRL feeds the hook.
 
-    from bench_overhead import (
-        guards_config,
-        hook_inputs,
-        load_tokenizer,
-        run_context,
-        synthetic_batch,
-        synthetic_output,
-    )
+    ``world``/``rank`` are what the stand-in accelerator says; ``rewards`` holds every rank's rows (TRL's).
+    """
 
-    from rl_guards.guards.registry import BATCH_GUARDS
-    from rl_guards.tensors import collectives
-    from rl_guards.trl.hook import GuardRun
+    def __init__(
+        self, tmp: str, rows: int, tokens: int, *, world: int = 1, rank: int = 0, device: Any = "cpu",
+        rewards_of: Any = None, step: int = 10,
+    ) -> None:  # fmt: skip
+        from bench_overhead import (
+            guards_config,
+            hook_inputs,
+            load_tokenizer,
+            run_context,
+            synthetic_batch,
+            synthetic_output,
+        )
 
-    tokenizer = load_tokenizer()
-    torch.manual_seed(rank)
-    batch = synthetic_batch(tokenizer, rows, tokens)
-    output = {k: v.to(device) for k, v in synthetic_output(batch, tokenizer.pad_token_id).items()}
-    inputs, prompts, completions, ids, local_rewards = hook_inputs(batch, output)
-    rewards = local_rewards
-    if world > 1:  # every rank's rewards, as TRL's _calculate_rewards returns them (untimed set-up)
-        parts = [torch.empty_like(local_rewards) for _ in range(world)]
-        torch.distributed.all_gather(parts, local_rewards)
-        rewards = torch.cat(parts)
-    with tempfile.TemporaryDirectory() as tmp:
+        from rl_guards.guards.registry import BATCH_GUARDS
+        from rl_guards.trl.hook import GuardRun
+
+        device = torch.device(device)
+        tokenizer = load_tokenizer()
+        torch.manual_seed(rank)
+        batch = synthetic_batch(tokenizer, rows, tokens)
+        self.output = {k: v.to(device) for k, v in synthetic_output(batch, tokenizer.pad_token_id).items()}
+        self.inputs, self.prompts, self.completions, self.ids, local_rewards = hook_inputs(batch, self.output)
+        self.rewards = rewards_of(local_rewards) if rewards_of is not None else local_rewards
         config = guards_config(tmp)
-        config.rollouts.every_steps = 10**9  # the non-dump path (the dump is measured on its own in bench_scale)
+        config.rollouts.every_steps = 10**9  # the non-dump path unless a dump is asked for (see dump_next)
         ctx = run_context(tokenizer, tmp)
-        trainer = SimpleNamespace(
+        self.trainer = SimpleNamespace(
             args=SimpleNamespace(
                 output_dir=tmp,
                 max_completion_length=tokens,
@@ -111,50 +111,82 @@ def main() -> None:
             reward_funcs=[],
             reward_weights=torch.ones(len(batch.reward_names)),
             num_generations=batch.num_generations,
-            state=SimpleNamespace(epoch=0.0, global_step=10),
+            state=SimpleNamespace(epoch=0.0, global_step=step),
             model=SimpleNamespace(training=True),
             _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
-            _generate_and_score_completions=lambda inputs: inputs,
-            _calculate_rewards=lambda *args: None,
+            # TRL's originals, as the hook wraps them: the prepared tensors and every rank's rewards
+            _generate_and_score_completions=lambda inputs: self.output,
+            _calculate_rewards=lambda *args: self.rewards,
         )
-        run = GuardRun(trainer, config, BATCH_GUARDS)
-        run.guard("rollouts")._next_due = 10**9  # no dump on the timed batches
+        self.run = GuardRun(self.trainer, config, BATCH_GUARDS)
+        self.recorder = self.run.guard("rollouts")
+        self.recorder._next_due = 10**9  # no dump on the timed batches
+        self.device = device
 
-        parts_ms: dict[str, list[float]] = defaultdict(list)
-        gather = collectives.all_gather_rows
+    def batch(self) -> float:
+        """One generation batch through the wrapped trainer methods; wall ms (device synchronised)."""
+        trainer = self.trainer
+        start = time.perf_counter()
+        trainer._calculate_rewards(self.inputs, self.prompts, self.completions, self.ids)
+        trainer._generate_and_score_completions(self.inputs)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        ms = (time.perf_counter() - start) * 1000
+        self.run.session.pop_metrics()
+        trainer._metrics["train"].clear()
+        return ms
 
-        def timed_gather(local: torch.Tensor) -> torch.Tensor:
+    def dump_next(self) -> None:
+        """Make the next batch a dump batch, at a step of its own."""
+        self.trainer.state.global_step += 1
+        self.recorder._next_due = 0
+
+    def timed(self, obj: Any, name: str, parts: dict[str, list[float]], label: str) -> None:
+        """Time ``obj.name`` (an instance attribute, so the engine's calls go through it) into ``parts[label]``."""
+        fn = getattr(obj, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
             try:
-                return gather(local)
+                return fn(*args, **kwargs)
             finally:
-                parts_ms["_gather"].append((time.perf_counter() - start) * 1000)
+                parts[label].append((time.perf_counter() - start) * 1000)
 
-        collectives.all_gather_rows = timed_gather
-        build = run._gather_batch
+        setattr(obj, name, wrapper)
 
-        def timed_build(*args: Any) -> Any:
-            start = time.perf_counter()
-            try:
-                return build(*args)
-            finally:
-                parts_ms["_build"].append((time.perf_counter() - start) * 1000)
 
-        run._gather_batch = timed_build
+def main() -> None:
+    rows, tokens, repeats = (int(a) for a in sys.argv[1:4])
+    device = torch.device(sys.argv[sys.argv.index("--device") + 1]) if "--device" in sys.argv else torch.device("cpu")
+    torch.set_num_threads(1)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    if world > 1:
+        torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
+
+    def every_rank(local_rewards: torch.Tensor) -> torch.Tensor:
+        if world == 1:  # every rank's rewards, as TRL's _calculate_rewards returns them (untimed set-up)
+            return local_rewards
+        parts = [torch.empty_like(local_rewards) for _ in range(world)]
+        torch.distributed.all_gather(parts, local_rewards)
+        return torch.cat(parts)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        bench = HookBench(tmp, rows, tokens, world=world, rank=rank, device=device, rewards_of=every_rank)
+        engine = bench.run.engine
+        parts: dict[str, list[float]] = defaultdict(list)
+        bench.timed(engine, "process", parts, "process")
+        bench.timed(engine.assembly, "assemble", parts, "assemble")
+        bench.timed(engine.ranks, "gather_rows", parts, "gather")
         totals: list[float] = []
         for _ in range(repeats + 1):  # the first call warms caches (the vocabulary's markup ids): not counted
-            run._pending_rewards = (inputs, prompts, completions, ids, rewards)
             if world > 1:
                 torch.distributed.barrier()
-            start = time.perf_counter()
-            run._after_generation(output)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            totals.append((time.perf_counter() - start) * 1000)
-            run.session.pop_metrics()
-            trainer._metrics["train"].clear()
-        totals, gathers, builds = totals[1:], parts_ms["_gather"][1:], parts_ms["_build"][1:]
-        features = len(run._feature_names())
+            totals.append(bench.batch())
+        totals = totals[1:]
+        process, assemble, gather = (parts[k][1:] for k in ("process", "assemble", "gather"))
+        features = len(engine.assembly.feature_names)
+        findings = [f"{r['guard']}/{r['kind']}" for r in bench.run.session.summary_rows()]
     calibration = calibrate(world, features, device) if world > 1 else {}
     result = {
         **calibration,
@@ -165,10 +197,14 @@ def main() -> None:
         "features": features,
         "total_ms_median": statistics.median(totals),
         "total_ms_best": min(totals),
-        "gather_ms_median": statistics.median(gathers),
-        "local_ms_median": statistics.median(b - g for b, g in zip(builds, gathers, strict=True)),
-        "decide_ms_median": statistics.median(t - b for t, b in zip(totals, builds, strict=True)),
-        "findings": [f"{r['guard']}/{r['kind']}" for r in run.session.summary_rows()],
+        "gather_ms_median": statistics.median(gather),
+        # before process, plus assemble up to the gather: check_tensors, local_rows, the shell, the scans (an
+        # estimate of the part after the gather is not separable here; it is in the simulated figures)
+        "local_ms_median": statistics.median(
+            t - p + a - g for t, p, a, g in zip(totals, process, assemble, gather, strict=True)
+        ),
+        "decide_ms_median": statistics.median(p - a for p, a in zip(process, assemble, strict=True)),
+        "findings": findings,
     }
     print("SCALE " + json.dumps(result), flush=True)
     if world > 1:

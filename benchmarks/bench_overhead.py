@@ -11,8 +11,8 @@ Sections (``--only step,batch,sync,scanner``; all by default):
   95 % CI), the same on the process's CPU time (less sensitive to other load), and, measured directly inside
   the run, the guards' own milliseconds per step.
 - ``batch``: CPU milliseconds per rollout batch of each guard's ``on_batch`` (the masking guard's
-  ``check_tensors``), the hook's ``GuardRun._gather_batch`` (this rank's rows, the guards' scans, the numbers
-  every rank gathers), and the reward-function wrappers, on synthetic batches
+  ``check_tensors``), the hook's batch build (``trl.rollout_rows.local_rows`` + ``Assembly.assemble``: this rank's
+  rows, the guards' scans, the numbers every rank gathers), and the reward-function wrappers, on synthetic batches
   (real Qwen vocabulary, think blocks, 8 completions per prompt, three tasks) at 64..4,096 rows and 256..8,192
   mean completion tokens (``--quick``: up to 1,024 x 1,024 and 256 x 4,096). Then the total per batch against
   assumed GPU step times: an EXTRAPOLATION.
@@ -59,7 +59,7 @@ from torch.overrides import TorchFunctionMode  # noqa: E402
 
 from rl_guards.config import GuardsConfig  # noqa: E402
 from rl_guards.core.batch import RolloutBatch  # noqa: E402
-from rl_guards.guards.base import Guard, GuardSession, RunContext  # noqa: E402
+from rl_guards.guards.base import Guard, GuardSession, RunContext, overrides  # noqa: E402
 from rl_guards.guards.registry import BATCH_GUARDS  # noqa: E402
 
 # ----- small statistics ----------------------------------------------------------------------------------------
@@ -112,12 +112,13 @@ class _GuardTimer:
         self.calls: Counter[str] = Counter()
         for guard in run.guards:
             for hook in ("check_tensors", "on_batch", "on_train_begin"):
-                if hook == "check_tensors" and not hasattr(guard, hook):
-                    continue
-                if hook == "on_batch" and type(guard).on_batch is Guard.on_batch:
+                if hook != "on_train_begin" and not overrides(guard, hook):
                     continue
                 setattr(guard, hook, self._wrap(f"{guard.name}.{hook}", getattr(guard, hook)))
-        run._gather_batch = self._wrap("hook._gather_batch", run._gather_batch)
+        # The batch build: this rank's rows (the adapter's local_rows, as the hook calls it) and the engine's
+        # assembly (the shell, the guards' scans, the gather of numbers); the guards' on_batch are timed above.
+        run.engine.assembly.assemble = self._wrap("engine.assemble", run.engine.assembly.assemble)
+        _route_local_rows(self)
 
     def _wrap(self, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -130,6 +131,21 @@ class _GuardTimer:
                 self.calls[label] += 1
 
         return timed
+
+
+def _route_local_rows(timer: _GuardTimer) -> None:
+    """Time ``trl.rollout_rows.local_rows`` as the hook calls it, into ``timer`` (the latest one; wrapped once)."""
+    from rl_guards.trl import hook
+
+    if not hasattr(hook.local_rows, "timers"):
+        original = hook.local_rows
+
+        def local_rows(*args: Any, **kwargs: Any) -> Any:
+            return local_rows.timers[-1]._wrap("trl.local_rows", original)(*args, **kwargs)
+
+        local_rows.timers = []  # type: ignore[attr-defined]
+        hook.local_rows = local_rows
+    hook.local_rows.timers.append(timer)
 
 
 def _interleave_callback(trainer: Any, on: tuple[Any, Any], off: tuple[Any, Any], arms: list[bool]) -> Any:
@@ -403,7 +419,7 @@ def hook_inputs(batch: RolloutBatch, output: dict[str, torch.Tensor]) -> tuple[A
 
 
 def bare_guard_run(tokenizer: Any, config: GuardsConfig, ctx: RunContext, batch: RolloutBatch) -> Any:
-    """A real ``GuardRun`` (no guards) on a stand-in trainer holding what the hook reads; for ``_gather_batch``."""
+    """A real ``GuardRun`` (no guards) on a stand-in trainer holding what the hook reads; for :func:`build_batch`."""
     from rl_guards.trl.hook import GuardRun
 
     trainer = SimpleNamespace(
@@ -427,6 +443,16 @@ def bare_guard_run(tokenizer: Any, config: GuardsConfig, ctx: RunContext, batch:
         _calculate_rewards=lambda *args: None,
     )
     return GuardRun(trainer, config, [])
+
+
+def build_batch(run: Any, output: dict[str, Any], pending: tuple[Any, ...], step: int) -> RolloutBatch | None:
+    """The hook's batch build through the public pieces: this rank's rows (``trl.rollout_rows.local_rows``, as the
+    hook calls it) and ``Assembly.assemble`` (the shell, the scans of the installed guards, the gather)."""
+    from rl_guards.trl.rollout_rows import local_rows
+
+    rows = local_rows(output, pending, step=step, mode="train", trainer=run.trainer, ctx=run.ctx, config=run.config,
+                      markup=run.markup)  # fmt: skip
+    return run.engine.assembly.assemble(rows)
 
 
 def reward_wrappers(tokenizer: Any) -> dict[str, Callable[..., Any]]:
@@ -465,20 +491,21 @@ def time_cell(tokenizer: Any, rows: int, tokens: int, repeats: int) -> dict[str,
         try:
             run = bare_guard_run(tokenizer, config, ctx, batch)
             pending = hook_inputs(batch, output)
-            results["hook: GuardRun._gather_batch"] = best_ms(lambda: run._gather_batch(output, pending, 10), repeats)
-        except Exception as exc:  # private API of the hook: say so rather than crash the benchmark
-            print(f"  (hook _gather_batch not measured: {type(exc).__name__}: {exc})")
+            results["hook: local_rows + Assembly.assemble"] = best_ms(lambda: build_batch(run, output, pending, 10),
+                                                                      repeats)  # fmt: skip
+        except Exception as exc:  # say so rather than crash the benchmark
+            print(f"  (hook batch build not measured: {type(exc).__name__}: {exc})")
         for cls in BATCH_GUARDS:
             guard = cls(config)
             guard.setup(ctx)
             session = GuardSession()
-            if hasattr(guard, "check_tensors"):
+            if overrides(guard, "check_tensors"):
                 session.defer = True  # the hook's path: per-row rule bits on the device, decided after the gather
                 results[f"{cls.__name__}.check_tensors"] = best_ms(
                     lambda g=guard, s=session: g.check_tensors(output, s.reporter(g.name, g.config, 10)), repeats
                 )
                 continue
-            if type(guard).on_batch is Guard.on_batch:
+            if not overrides(guard, "on_batch"):
                 continue  # start-of-training checks: no per-batch work
             if cls.__name__ == "RolloutRecorder":
 
@@ -670,11 +697,14 @@ def section_sync() -> bool:
                     "GRPOMaskGuard.check_tensors, 3 bad rows (message built)",
                     lambda g=mask_guard, o=bad: g.check_tensors(o, GuardSession().reporter(g.name, g.config, 1)),
                 ),
-                ("hook: GuardRun._gather_batch", lambda r=run, o=output, p=pending: r._gather_batch(o, p, 1)),
+                (
+                    "hook: local_rows + Assembly.assemble",
+                    lambda r=run, o=output, p=pending: build_batch(r, o, p, 1),
+                ),
             ]
             guards = []
             for cls in BATCH_GUARDS:
-                if hasattr(cls, "check_tensors") or cls.on_batch is Guard.on_batch:
+                if cls.check_tensors is not Guard.check_tensors or cls.on_batch is Guard.on_batch:
                     continue
                 g = cls(config)
                 g.setup(ctx)

@@ -2,15 +2,22 @@
 
 Prints one line per figure (then the details):
 
-- ``per-rank guard ms at W=1,2 (real gloo) and modelled W=8,64, 64x1024 per rank``: the hook's batch path
-  (``GuardRun._after_generation``, every guard, non-dump batches) timed in real ``torchrun`` runs with 1 and 2 CPU
-  processes (gloo), each rank holding 64 rows of ~1,024 tokens (``_scale_worker.py``). For 8 and 64 ranks, a model
-  from measured parts: this rank's own rows (measured at W=1; independent of W), the decisions on the gathered
-  numbers (measured in this process on a W*64-row batch built as the hook builds it after the gather), and the
-  gather itself (its measured W=2 time, scaled with the bytes each rank receives; NCCL on a real cluster is
-  faster than gloo on loopback). Target: W=64 within 1.5x of W=1.
+- ``per-rank guard ms at W=1,2 (real gloo) and modelled W=8,64, 64x1024 per rank``: the hook's batch path (every
+  guard, non-dump batches; the stand-in trainer's wrapped ``_calculate_rewards`` then
+  ``_generate_and_score_completions``, as TRL calls them: ``Engine.check_tensors``, ``trl.rollout_rows.local_rows``,
+  ``Engine.process``) timed in real ``torchrun`` runs with 1 and 2 CPU processes (gloo), each rank holding 64 rows
+  of ~1,024 tokens (``_scale_worker.py``). For 8, 64 and 256 ranks: the same hook run for real on rank 0 in this
+  process with W*64 rows, every collective replaced by its result (``simulated_collectives``: the gathered numbers
+  of every rank, objects through a pickle round trip), plus the collectives' wait, modelled from the W=2 gloo
+  calibration (ring all_gather latency and bytes, all_reduce latency; NCCL on a real cluster is faster than gloo
+  on loopback). Target: W=64 within 1.5x of W=1.
 - ``hook ms per batch, rank 0, 64x1024 per rank``: the same per-rank time on rank 0 for W = 1, 2 (measured) and
-  8, 64, 256 (modelled as above).
+  8, 64, 256 (simulated as above).
+- ``dump step ms on rank 0 at W=64``: rank 0's training-thread time on a dump step at 64 ranks x 64 rows x ~1,024
+  tokens: the text and ids of the other 63 ranks arriving through ``Assembly.fill_rows(..., everywhere=False)``
+  (simulated as above: the 64 per-rank parts as ``gather_objects_to_main`` returns them, after a pickle round
+  trip, so unpickling counts) plus the recorder's ``on_batch`` / ``after_batch`` (which hand the rows to the
+  background writer). Target: <= 50 ms.
 - ``blocking dump ms 1024x1024``: the training thread's share of a dump step (the recorder's ``on_batch`` and
   ``after_batch``, which hand the rows to the background writer) on 1,024 rows x ~1,024 tokens, next to TRL's own
   ``log_completions`` path on the same rows (``pd.DataFrame(table).to_parquet``, as ``GRPOTrainer.log`` does);
@@ -21,7 +28,7 @@ Prints one line per figure (then the details):
   tokens per step, every guard switched on and off per step inside it (bench_overhead's interleaving), the guards'
   own time per guarded step over the median unguarded step. Target: <= 1 %.
 
-Run: ``.venv/bin/python benchmarks/bench_scale.py [--quick] [--device cuda]`` (~3-5 minutes on 2 CPU cores).
+Run: ``.venv/bin/python benchmarks/bench_scale.py [--quick] [--device cuda]`` (~1-2 minutes on 2 CPU cores).
 ``--device cuda`` puts the batch tensors on the GPU and runs the hook under ``torch.cuda.set_sync_debug_mode("warn")``
 (not run here: no GPU on this machine). Timings on a shared machine are noisy (about +-30 %).
 """
@@ -77,57 +84,84 @@ def run_ranks(world: int, repeats: int, device: str) -> list[dict[str, Any]]:
     return sorted(results, key=lambda r: r["rank"])
 
 
-def decide_ms(world: int, repeats: int) -> float:
-    """The guards' decisions on a W*64-row gathered batch, as every rank runs them (best of ``repeats``)."""
-    from bench_overhead import guards_config, load_tokenizer, run_context, synthetic_batch
+@contextlib.contextmanager
+def simulated_collectives(world: int) -> Any:
+    """Rank 0 of ``world`` ranks in this one process: the real code runs, each collective replaced by its result.
 
-    from rl_guards.core.batch import RolloutBatch
-    from rl_guards.core.metric_set import MetricFilter
-    from rl_guards.guards.base import GuardSession, run_hook
-    from rl_guards.guards.registry import BATCH_GUARDS
+    The gather of numbers hands back ``world`` copies of this rank's table (the real ``gather_feature_rows`` builds
+    the table and joins the parts; only ``dist.all_gather`` is skipped); the decision all_reduce returns this rank's
+    values (every rank agrees); objects make a pickle round trip (rank 0 unpickles every rank's part, as
+    ``gather_object`` does). For ``gather_objects_to_main`` the other ranks' parts are this rank's with their rows
+    moved to the other ranks' rows, pickled once beforehand (the other ranks' work): the first call only prepares
+    them. The wait inside the collectives is not here; bench_scale adds it from the gloo model.
+    """
+    import pickle
 
-    tokenizer = load_tokenizer()
-    local = synthetic_batch(tokenizer, ROWS, TOKENS)
-    with tempfile.TemporaryDirectory() as tmp:
-        config = guards_config(tmp)
-        config.rollouts.every_steps = 10**9
-        ctx = run_context(tokenizer, tmp)
-        guards = [cls(config) for cls in BATCH_GUARDS]
-        for guard in guards:
-            guard.setup(ctx)
-        features = {f"{g.name}/{k}": v for g in guards if getattr(g, "FEATURES", ()) for k, v in g.scan(local).items()}
-        n = ROWS * world
+    import torch
 
-        def rep(values: list[Any]) -> list[Any]:
-            return [v for _ in range(world) for v in values]
+    from rl_guards.tensors import collectives
 
-        def gathered() -> RolloutBatch:  # a fresh batch each time: its numeric views are computed per batch
-            return RolloutBatch(
-                step=10, mode="train", num_generations=local.num_generations, reward_names=local.reward_names,
-                reward_weights=local.reward_weights, rewards=rep(local.rewards), advantages=rep(local.advantages),
-                tasks=rep(local.tasks), completions=local.completions + [None] * (n - ROWS),
-                completion_ids=local.completion_ids + [[]] * (n - ROWS),
-                prompt_ids=local.prompt_ids + [[]] * (n - ROWS), truncated=rep(local.truncated),
-                thinking=rep(local.thinking), completion_lengths=rep([len(x) for x in local.completion_ids]),
-                prompt_opened=rep(local.prompt_opened or [False] * ROWS),
-                features={k: rep(v) for k, v in features.items()}
-                | {"masking/kinds": [0.0] * n, "masking/checked": [1.0] * n},
-                local_rows=range(0, ROWS), columns={},
-            )  # fmt: skip
+    names = ("distributed", "all_reduce_ints", "all_gather_objects", "gather_objects_to_main", "all_gather_rows")
+    saved = {name: getattr(collectives, name) for name in names}
+    others: list[bytes] = []
 
-        session = GuardSession()
-        session.defer = True
-        session.metric_filter = MetricFilter()
-        best = float("inf")
-        for _ in range(repeats + 1):
-            batch = gathered()
-            start = time.perf_counter()
-            for guard in guards:
-                run_hook(guard, "on_batch", session, 10, batch, settle=False)
-            session.settle()
-            session.pop_metrics()
-            best = min(best, (time.perf_counter() - start) * 1000)
-        return best
+    def all_gather_rows(local: torch.Tensor) -> torch.Tensor:
+        return torch.cat([local.contiguous()] * world, dim=0)
+
+    def all_gather_objects(obj: Any) -> list[Any]:
+        data = pickle.dumps(obj)
+        return [pickle.loads(data) for _ in range(world)]
+
+    def gather_objects_to_main(obj: Any) -> list[Any]:
+        if not others:
+            held = max((len(part["rows"]) for part in obj), default=0)
+            for r in range(1, world):
+                moved = [{**part, "rows": [row + r * held for row in part["rows"]]} for part in obj]
+                others.append(pickle.dumps(moved))
+        return [pickle.loads(pickle.dumps(obj)), *(pickle.loads(data) for data in others)]
+
+    collectives.distributed = lambda: True
+    collectives.all_reduce_ints = lambda values, op="sum", device=None: [int(v) for v in values]
+    collectives.all_gather_objects = all_gather_objects
+    collectives.gather_objects_to_main = gather_objects_to_main
+    collectives.all_gather_rows = all_gather_rows
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(collectives, name, fn)
+
+
+def simulated_hook(world: int, repeats: int, dumps: int = 0) -> dict[str, Any]:
+    """Rank 0's hook at ``world`` ranks x 64 rows (``simulated_collectives``): the whole hook per non-dump batch
+    (median and best of ``repeats``), and with ``dumps``, per dump batch the training thread's dump work:
+    ``Assembly.fill_rows`` (every rank's text and ids arriving on rank 0) and the recorder's ``on_batch`` and
+    ``after_batch`` (which hand the rows to the background writer; its write is waited for outside the timing)."""
+    import statistics
+    from collections import defaultdict
+
+    import torch
+    from _scale_worker import HookBench
+
+    with simulated_collectives(world), tempfile.TemporaryDirectory() as tmp:
+        bench = HookBench(tmp, ROWS, TOKENS, world=world, rewards_of=lambda local: torch.cat([local] * world))
+        totals = [bench.batch() for _ in range(repeats + 1)][1:]  # the first warms caches
+        parts: dict[str, list[float]] = defaultdict(list)
+        bench.timed(bench.run.engine.assembly, "fill_rows", parts, "fill_rows")
+        bench.timed(bench.recorder, "on_batch", parts, "recorder")
+        bench.timed(bench.recorder, "after_batch", parts, "recorder")
+        dump_steps: list[dict[str, float]] = []
+        for k in range(dumps + 1 if dumps else 0):  # the first prepares the other ranks' parts: not counted
+            parts.clear()
+            bench.dump_next()
+            hook = bench.batch()
+            if k:
+                fill, recorder = sum(parts["fill_rows"]), sum(parts["recorder"])
+                dump_steps.append({"fill_rows": fill, "recorder": recorder, "dump": fill + recorder, "hook": hook})
+            bench.run.engine.flush()  # the writer's background work, untimed
+        features = len(bench.run.engine.assembly.feature_names)
+    best = sorted(dump_steps, key=lambda d: d["dump"])[len(dump_steps) // 2] if dump_steps else {}
+    return {"median": statistics.median(totals), "best": min(totals), "dump": best, "features": features}
 
 
 def scale_figures(quick: bool, device: str) -> dict[str, Any]:
@@ -135,12 +169,10 @@ def scale_figures(quick: bool, device: str) -> dict[str, Any]:
     w1 = run_ranks(1, repeats, device)[0]
     w2 = run_ranks(2, repeats, device)
     features = w1["features"]
-    local = w1["local_ms_median"]
     calib = w2[0]
     lat_g, lat_r = calib["gather_latency_ms"], calib["reduce_latency_ms"]
     per_byte = max(calib["big_gather_ms"] - lat_g, 1e-9) / calib["big_gather_bytes"]  # ms per byte
-    decide = {w: decide_ms(w, 2 if quick else 3) for w in (1, *WORLDS[1:])}
-    other = max(w1["decide_ms_median"] - decide[1], 0.0)  # settle, flush, the recorder: independent of W
+    sim = {w: simulated_hook(w, repeats, dumps=(2 if quick else 3) if w == 64 else 0) for w in (1, *MODELLED)}
 
     def comm(w: int) -> float:
         """Ring all_gather: (W-1) latency steps and the bytes a rank receives; the decision all_reduce: 2 log2(W)
@@ -149,8 +181,8 @@ def scale_figures(quick: bool, device: str) -> dict[str, Any]:
 
         return (w - 1) * lat_g + ROWS * features * 8 * w * per_byte + 2 * math.log2(w) * lat_r
 
-    model = {w: local + decide[w] + other + comm(w) for w in MODELLED}
-    compute = {w: local + decide[w] + other for w in (1, *MODELLED)}
+    compute = {w: sim[w]["median"] for w in (1, *MODELLED)}
+    model = {w: compute[w] + comm(w) for w in MODELLED}
     measured = {1: w1["total_ms_median"], 2: max(r["total_ms_median"] for r in w2)}
     ratio = model[64] / measured[1]
     compute_ratio = compute[64] / compute[1]
@@ -161,12 +193,19 @@ def scale_figures(quick: bool, device: str) -> dict[str, Any]:
         f"target <= 1.5x: {'met' if ratio <= 1.5 else 'NOT met'})"
     )
     rank0 = {1: w1["total_ms_median"], 2: w2[0]["total_ms_median"], **model}
+    print(f"hook ms per batch, rank 0, {ROWS}x{TOKENS} per rank: " + ", ".join(f"W={w} {rank0[w]:.1f}" for w in WORLDS))
     print(
-        f"hook ms per batch, rank 0, {ROWS}x{TOKENS} per rank: "
-        + ", ".join(f"W={w} {rank0[w]:.1f}" for w in WORLDS)
-        + " (W=1,2 measured under torchrun with gloo; larger W modelled as in the details)"
+        "  (W=1,2 measured under torchrun with gloo; larger W: the real hook on rank 0 with the collectives replaced "
+        "by their results, plus their modelled wait, as in the details)"
     )
-    return {"w1": w1, "w2": w2, "decide": decide, "other": other, "per_byte": per_byte, "model": model,
+    dump = sim[64]["dump"]
+    print(f"dump step ms on rank 0 at W=64: {dump['dump']:.1f}")
+    print(
+        f"  (Assembly.fill_rows of 64 ranks' text and ids {dump['fill_rows']:.1f} + the recorder's "
+        f"on_batch/after_batch {dump['recorder']:.1f}; the whole hook on that batch {dump['hook']:.1f}; target <= 50: "
+        f"{'met' if dump['dump'] <= 50 else 'NOT met'})"
+    )
+    return {"w1": w1, "w2": w2, "sim": sim, "per_byte": per_byte, "model": model,
             "measured": measured, "features": features, "comm": {w: comm(w) for w in WORLDS[1:]},
             "lat_g": lat_g, "lat_r": lat_r, "compute": compute}  # fmt: skip
 
@@ -267,18 +306,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {r['world']} (rank {r['rank']}) | {r['total_ms_median']:.1f} | {r['local_ms_median']:.1f} | "
               f"{r['gather_ms_median']:.2f} | {r['decide_ms_median']:.1f} |")  # fmt: skip
     print(
-        f"\nModel for larger W: this rank's rows (W=1, {w1['local_ms_median']:.1f} ms) + the decisions on W*64 rows "
-        f"(measured here) + settle/flush ({scale['other']:.1f} ms) + collectives: ring all_gather (W-1) x "
-        f"{scale['lat_g']:.3f} ms + bytes at {1 / scale['per_byte'] / 1e3:.0f} MB/s, decision all_reduce 2 log2(W) x "
-        f"{scale['lat_r']:.3f} ms (gloo on loopback, measured at W=2; NCCL between GPUs has ~10x lower latency)."
+        f"\nModel for larger W: the hook on rank 0 run for real in one process with W*64 rows, every collective "
+        f"replaced by its result (the numbers of every rank joined, objects through a pickle round trip), plus the "
+        f"collectives' wait: ring all_gather (W-1) x {scale['lat_g']:.3f} ms + bytes at "
+        f"{1 / scale['per_byte'] / 1e3:.0f} MB/s, decision all_reduce 2 log2(W) x {scale['lat_r']:.3f} ms (gloo on "
+        f"loopback, measured at W=2; NCCL between GPUs has ~10x lower latency)."
     )
-    print("| W | decisions ms | collectives ms (modelled) | per-rank total ms | of which compute |")
-    print("|---|---:|---:|---:|---:|")
+    print("| W | hook ms, collectives replaced (median / best) | collectives ms (modelled) | per-rank total ms |")
+    print("|---|---:|---:|---:|")
     for w in WORLDS:
         total = scale["measured"][w] if w in scale["measured"] else scale["model"][w]
         comm = scale["comm"].get(w, 0.0)
-        compute = scale["compute"].get(w, total - comm)
-        print(f"| {w} | {scale['decide'][w]:.1f} | {comm:.2f} | {total:.1f} | {compute:.1f} |")
+        sim = scale["sim"].get(w)
+        cell = f"{sim['median']:.1f} / {sim['best']:.1f}" if sim else "(measured)"
+        print(f"| {w} | {cell} | {comm:.2f} | {total:.1f} |")
     print("\nTiny GRPO step, guards on vs off (bench_overhead's interleaving):\n")
     print(share["detail"])
     return 0

@@ -120,18 +120,31 @@ class SyncCounter:
         self.torch = torch
         self.per_batch: list[int] = []
 
-    def wrap(self, fn: Any) -> Any:
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                self.torch.cuda.set_sync_debug_mode("warn")
-                try:
-                    return fn(*args, **kwargs)
-                finally:
-                    self.torch.cuda.set_sync_debug_mode("default")
-                    self.per_batch.append(sum("synchroniz" in str(w.message) for w in caught))
+    def around(self, engine: Any) -> None:
+        """Count the hook's per-batch work: from ``Engine.check_tensors`` (the hook's first call on a batch) through
+        the adapter's ``local_rows`` to the end of ``Engine.process`` (its last), as one count per batch."""
+        check_tensors, process = engine.check_tensors, engine.process
+        state: dict[str, Any] = {}
 
-        return counted
+        def start(*args: Any, **kwargs: Any) -> Any:
+            state["caught"] = warnings.catch_warnings(record=True)
+            state["log"] = state["caught"].__enter__()
+            warnings.simplefilter("always")
+            self.torch.cuda.set_sync_debug_mode("warn")
+            return check_tensors(*args, **kwargs)
+
+        def finish(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return process(*args, **kwargs)
+            finally:
+                self.torch.cuda.set_sync_debug_mode("default")
+                caught = state.pop("caught", None)
+                if caught is not None:
+                    log = state.pop("log")
+                    caught.__exit__(None, None, None)
+                    self.per_batch.append(sum("synchroniz" in str(w.message) for w in log))
+
+        engine.check_tensors, engine.process = start, finish
 
 
 def time_mask_check(torch: Any, tokenizer: Any, shapes: str) -> None:
@@ -220,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         run = rl_guards.install(trainer, GuardsConfig.from_dict({"template": {"mode": "warn"}}))
         timer = _GuardTimer(run)
         syncs = SyncCounter(torch)
-        run._after_generation = syncs.wrap(run._after_generation)
+        syncs.around(run.engine)
         on = (trainer._generate_and_score_completions, trainer._calculate_rewards)
         callback = _interleave_callback(trainer, on, off, arms)
         trainer.add_callback(callback)

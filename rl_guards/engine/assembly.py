@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -144,17 +145,30 @@ class Assembly:
             )
             return None
         columns = dict(zip(self.feature_names, gathered.T, strict=True))
-        names = self._task_names_of(columns["task"].astype(np.int64), local.tasks)
-        batch.raw_tasks = names
-        batch.tasks = self._task_labels(names, local.step)
+        # Names and labels per distinct task, then per row (a batch has a handful of tasks and thousands of rows).
+        unique_names, inverse = self._task_names_of(columns["task"].astype(np.int64), local.tasks)
+        unique_labels = self._task_labels(unique_names, local.step)
+        batch.raw_tasks = _pick(unique_names, inverse)
+        batch.tasks = _pick(unique_labels, inverse)
         batch.advantages = columns["advantage"].tolist()
-        batch.completion_lengths = columns["length"].astype(np.int64).tolist()
+        lengths = columns["length"].astype(np.int64)
+        batch.completion_lengths = lengths.tolist()
         batch.truncated = (columns["truncated"] != 0).tolist()
         thinking = columns["thinking"]
-        batch.thinking = [None if v < 0 else v > 0 for v in thinking.tolist()]
+        modes = (thinking > 0).astype(object)  # Python bools; None where unknown (-1)
+        modes[thinking < 0] = None
+        batch.thinking = modes.tolist()
         batch.prompt_opened = (columns["prompt_opened"] != 0).tolist()
         batch.features = {n: columns[n].tolist() for n in self.feature_names[len(BASE_FEATURES) :]}
+        # each features list with the column it came from (RolloutBatch.column_array)
+        batch.__dict__["_gathered_arrays"] = {id(v): (v, columns[n]) for n, v in batch.features.items()}
         batch.__post_init__()
+        # The batch's numeric views, from the arrays at hand (the values its cached properties would compute)
+        labels = sorted(set(unique_labels))
+        position = {t: i for i, t in enumerate(labels)}
+        label_index = np.asarray([position[t] for t in unique_labels], dtype=np.int64)
+        batch.__dict__["task_index"] = (labels, label_index[inverse])
+        batch.__dict__["lengths"] = lengths
         return batch
 
     def _shell(self, local: LocalRows, rewards: np.ndarray, held: range) -> RolloutBatch:
@@ -175,11 +189,15 @@ class Assembly:
         advantages = [0.0] * n
         advantages[lo:hi] = [float(a) for a in local.advantages][: len(held)]
         nan = np.isnan(rewards)
-        reward_rows = rewards.tolist()
         if nan.any():  # None where a function skipped the row
-            for i, j in zip(*np.nonzero(nan), strict=True):
-                reward_rows[i][j] = None
-        return RolloutBatch(
+            cells = rewards.astype(object)
+            cells[nan] = None
+            reward_rows = cells.tolist()
+        else:
+            reward_rows = rewards.tolist()
+        lengths = [0] * n
+        lengths[lo:hi] = [len(ids) for ids in local.completion_ids]
+        batch = RolloutBatch(
             step=local.step,
             mode=local.mode,
             num_generations=int(local.num_generations or 1),
@@ -202,7 +220,12 @@ class Assembly:
             prompt_opened=spread(local.prompt_opened or [False] * len(held), False),
             local_rows=held if n != len(held) else None,
             reward_inputs=local.reward_inputs,
+            completion_lengths=lengths,
         )
+        # what RolloutBatch.reward_matrix computes from the rows (None -> NaN), from the array at hand
+        if n and rewards.shape[1]:
+            batch.__dict__["reward_matrix"] = np.array(rewards, dtype=np.float64)
+        return batch
 
     def _host_values(self, batch: RolloutBatch, local: LocalRows) -> np.ndarray:
         """``[held rows, host features]``: the base numbers, then every guard's ``scan`` (zeros for a failing one)."""
@@ -248,8 +271,9 @@ class Assembly:
                 columns += [None for _ in guard.TENSOR_FEATURES]
         return columns
 
-    def _task_names_of(self, hashes: np.ndarray, local_names: list[str]) -> list[str]:
-        """Every row's task name from the gathered ids; names new to the run are exchanged once, in sorted order."""
+    def _task_names_of(self, hashes: np.ndarray, local_names: list[str]) -> tuple[list[str], np.ndarray]:
+        """The task name of each distinct gathered id, and per row the index of its id in that list; names new to
+        the run are exchanged once, in sorted order."""
         known = self.task_registry
         unique, inverse = np.unique(hashes, return_inverse=True)
         unknown = [int(h) for h in unique if int(h) not in known]
@@ -258,8 +282,7 @@ class Assembly:
             mine = {task_hash(name): name for name in set(local_names)}
             for part in self.ranks.all_gather_objects({h: t for h, t in mine.items() if h in wanted}):
                 known.update(part)
-        names = [known.get(int(h), "") for h in unique]
-        return [names[i] for i in inverse.tolist()]
+        return [known.get(int(h), "") for h in unique.tolist()], inverse.reshape(-1)
 
     def _task_labels(self, names: list[str], step: int) -> list[str]:
         """Metric labels of the batch's tasks under ``tasks.max_tasks``; says once when the cap applies."""
@@ -329,35 +352,60 @@ class Assembly:
             return  # this rank's own rows
         completion_ids = unpack_ids(part["completion_ids"])
         prompt_ids = unpack_ids(part["prompt_ids"])
-        for k, row in enumerate(rows):
-            batch.completions[row] = part["completions"][k]
-            batch.completion_ids[row] = completion_ids[k]
-            batch.prompt_ids[row] = prompt_ids[k]
-            if row < len(batch.prompts):
-                batch.prompts[row] = part["prompts"][k]
+        lo, hi = rows[0], rows[0] + len(rows)
+        n = len(batch)
+        if (
+            hi <= n
+            and len(batch.completion_ids) == n
+            and len(batch.prompt_ids) == n
+            and hi <= len(batch.prompts)
+            and rows == list(range(lo, hi))
+            and len(part["completions"]) == len(part["prompts"]) == len(completion_ids) == len(prompt_ids) == len(rows)
+        ):  # a rank's rows are one block: slice assignments (the same cells as the loop below)
+            batch.completions[lo:hi] = part["completions"]
+            batch.completion_ids[lo:hi] = completion_ids
+            batch.prompt_ids[lo:hi] = prompt_ids
+            batch.prompts[lo:hi] = part["prompts"]
+        else:
+            for k, row in enumerate(rows):
+                batch.completions[row] = part["completions"][k]
+                batch.completion_ids[row] = completion_ids[k]
+                batch.prompt_ids[row] = prompt_ids[k]
+                if row < len(batch.prompts):
+                    batch.prompts[row] = part["prompts"][k]
         for name, values in part["columns"].items():
             column = batch.columns.setdefault(name, [None] * len(batch))
-            for row, value in zip(rows, values, strict=True):
-                column[row] = value
+            if hi <= len(column) and len(values) == len(rows) and rows == list(range(lo, hi)):
+                column[lo:hi] = values
+            else:
+                for row, value in zip(rows, values, strict=True):
+                    column[row] = value
         batch.evidence.update(part.get("evidence", {}))
 
 
 def pack_ids(rows: Sequence[Sequence[int]]) -> tuple[bytes, bytes]:
     """Token-id rows as two flat buffers: int32 ids end to end, and int64 row ends (cheap to pickle and send)."""
     lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
-    flat = np.fromiter((t for r in rows for t in r), dtype=np.int32, count=int(lengths.sum()))
+    flat = np.fromiter(chain.from_iterable(rows), dtype=np.int32, count=int(lengths.sum()))
     return flat.tobytes(), np.cumsum(lengths).tobytes()
 
 
 def unpack_ids(packed: tuple[bytes, bytes]) -> list[list[int]]:
     """The rows :func:`pack_ids` packed."""
-    flat = np.frombuffer(packed[0], dtype=np.int32).tolist()
+    flat = np.frombuffer(packed[0], dtype=np.int32)
     ends = np.frombuffer(packed[1], dtype=np.int64).tolist()
     out, start = [], 0
-    for end in ends:
-        out.append(flat[start:end])
+    for end in ends:  # each row's ints straight from the buffer (no list of the whole batch to slice)
+        out.append(flat[start:end].tolist())
         start = end
     return out
+
+
+def _pick(values: list[str], index: np.ndarray) -> list[str]:
+    """``[values[i] for i in index]``, in one numpy pass."""
+    table = np.empty(len(values), dtype=object)
+    table[:] = values
+    return table[index].tolist()
 
 
 def _safe_evidence(guard: Guard, batch: RolloutBatch, row: int) -> str | None:

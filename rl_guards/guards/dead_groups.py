@@ -13,7 +13,6 @@ from rl_guards.core.groups import (
     TaskGroups,
     group_outcomes,
     outcome_passes,
-    trl_totals,
     update_outcome_values,
     update_ranges,
 )
@@ -86,7 +85,7 @@ class DeadGroupGuard(Guard):
         if batch.num_generations < 2:  # e.g. eval with one generation per prompt: no groups to speak of
             return
         train = batch.mode == "train"
-        totals = trl_totals(batch)
+        totals = batch.weighted_totals  # trl_totals(batch), as the array it is made from
         ranges = self.ranges if train else copy.deepcopy(self.ranges)
         update_ranges(ranges, batch, totals)
         stats = group_outcomes(batch, ranges, totals)

@@ -225,7 +225,7 @@ class GRPOMaskGuard(Guard):
         feats = batch.features
         if "masking/kinds" not in feats or not any(feats.get("masking/checked", [])):
             return
-        bits = np.asarray(feats["masking/kinds"], dtype=np.int64)
+        bits = batch.column_array(feats["masking/kinds"]).astype(np.int64)
         kinds = M.GRPO_KINDS
         broken = [(bits >> k) & 1 for k in range(len(kinds))]
         counts = [int(b.sum()) for b in broken] + [int((bits != 0).sum())]

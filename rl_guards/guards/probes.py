@@ -262,7 +262,7 @@ class RewardProbeGuard(Guard):
 
     def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
         feats = self.features(batch)
-        calls = float(np.sum(feats["calls"])) if len(feats["calls"]) else 0.0
+        calls = float(np.sum(batch.column_array(feats["calls"]))) if len(feats["calls"]) else 0.0
         if batch.mode == "train":
             self.run_calls += len(batch) * len(batch.reward_names)
         if calls <= 0:

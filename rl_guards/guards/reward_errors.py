@@ -25,7 +25,7 @@ def raised_cells(batch: RolloutBatch, bits: list[float] | None = None) -> np.nda
     n_funcs = len(batch.reward_names)
     if bits is None or len(bits) != len(batch) or not n_funcs:
         return None
-    values = np.asarray(bits, dtype=np.int64)
+    values = batch.column_array(bits).astype(np.int64)
     cells = np.zeros((len(batch), n_funcs), dtype=bool)
     for f in range(min(n_funcs, _MAX_FUNCTIONS)):
         cells[:, f] = (values >> f) & 1

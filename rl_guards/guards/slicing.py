@@ -145,7 +145,7 @@ class SlicingGuard(Guard):
         return json.dumps(parts) if parts else None
 
     def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
-        feats = {k: np.asarray(v, dtype=np.float64) for k, v in self.features(batch).items()}
+        feats = {k: batch.column_array(v) for k, v in self.features(batch).items()}
         cut_rows = np.flatnonzero(feats["cut"]).tolist()
         caps, cut_inputs = int(feats["caps"].sum()), int(feats["inputs"].sum())
         report.metric("cut_completions", float(len(cut_rows)))

@@ -100,9 +100,12 @@ class ThinkTagsGuard(Guard):
         text = batch.completions[row]
         return text if isinstance(text, str) else str(text)
 
-    def _prompts_opened(self, batch: RolloutBatch) -> list[bool]:
-        """Per row: the prompt already opened the block (the hook's flags, else read from the prompt ids)."""
+    def _prompts_opened(self, batch: RolloutBatch, rows: range | None = None) -> list[bool]:
+        """Per row: the prompt already opened the block (the hook's flags, else read from the prompt ids); with
+        ``rows``, the hook's flags of those rows only (indexed as ``rows`` is) when it has them."""
         if len(batch.prompt_opened) == len(batch):
+            if rows is not None:
+                return [bool(v) for v in batch.prompt_opened[rows.start : rows.stop]]
             return [bool(v) for v in batch.prompt_opened]
         opened = prompts_open_block(batch.prompt_ids[: len(batch)], batch.decode or self.ctx.decode, self.markup)
         return opened + [False] * (len(batch) - len(opened))  # hand-built batches may lack prompt ids
@@ -126,10 +129,12 @@ class ThinkTagsGuard(Guard):
         mode), ``wrong`` (bitmask of the codes wrong for its mode), ``kind`` (0 answer, 1 thinking, 2 anomalous),
         ``thinking`` (the row's mode, 0/1) and ``no_block`` (a thinking row with no block at all)."""
         rows = batch.held_rows
-        opened = self._prompts_opened(batch)
+        flags = len(batch.prompt_opened) == len(batch) and rows.step == 1
+        opened = self._prompts_opened(batch, rows if flags else None)  # the held rows' flags only, when given
+        first = rows.start if flags else 0
         out: dict[str, list[float]] = {name: [] for name in self.FEATURES}
         for row in rows:
-            verdict, thinking = self._scan_row(batch, row, opened[row])
+            verdict, thinking = self._scan_row(batch, row, opened[row - first])
             wrong = anomalies_for_mode(verdict, thinking)
             out["codes"].append(float(code_bits(set(verdict.anomalies) | set(wrong))))
             out["wrong"].append(float(code_bits(wrong)))
@@ -142,7 +147,7 @@ class ThinkTagsGuard(Guard):
         n = len(batch)
         if n == 0:
             return
-        feats = {k: np.asarray(v, dtype=np.int64) for k, v in self.features(batch).items()}
+        feats = {k: batch.column_array(v).astype(np.int64) for k, v in self.features(batch).items()}
         codes, wrong, thinking = feats["codes"], feats["wrong"] != 0, feats["thinking"] != 0
         names, index = batch.task_index
         code_rows = {code: (codes >> bit) & 1 for bit, code in enumerate(ALL_CODES)}
