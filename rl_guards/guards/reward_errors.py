@@ -15,20 +15,31 @@ from rl_guards.guards.base import Guard, Reporter
 from rl_guards.rollouts.render import printable
 
 _MAX_SHOWN = 3
-_MAX_FUNCTIONS = 52  # bits of a float64 feature
+_BITS = 52  # functions per feature: the bits a float64 holds exactly
 
 
-def raised_cells(batch: RolloutBatch, bits: list[float] | None = None) -> np.ndarray | None:
-    """Rows x functions, True where a reward function raised: this guard's per-row bits decoded (``bits``: the
-    gathered ``raised`` feature; default the batch's), None when the batch does not carry them."""
-    bits = batch.features.get(f"{RewardErrorGuard.name}/raised") if bits is None else bits
+def feature_names(n_funcs: int) -> tuple[str, ...]:
+    """The declared features for ``n_funcs`` reward functions: ``raised`` (functions 0-51), ``raised1`` (52-103)..."""
+    return ("raised", *(f"raised{k}" for k in range(1, -(-n_funcs // _BITS))))
+
+
+def raised_cells(batch: RolloutBatch, features: dict[str, list[float]] | None = None) -> np.ndarray | None:
+    """Rows x functions, True where a reward function raised: this guard's per-row bits decoded (``features``: its
+    gathered features by name; default the batch's), None when the batch does not carry them."""
     n_funcs = len(batch.reward_names)
-    if bits is None or len(bits) != len(batch) or not n_funcs:
+    if not n_funcs:
         return None
-    values = batch.column_array(bits).astype(np.int64)
+    if features is None:
+        prefix = f"{RewardErrorGuard.name}/"
+        features = {k[len(prefix) :]: v for k, v in batch.features.items() if k.startswith(prefix)}
     cells = np.zeros((len(batch), n_funcs), dtype=bool)
-    for f in range(min(n_funcs, _MAX_FUNCTIONS)):
-        cells[:, f] = (values >> f) & 1
+    for k, name in enumerate(feature_names(n_funcs)):
+        bits = features.get(name)
+        if bits is None or len(bits) != len(batch):
+            return None
+        values = batch.column_array(bits).astype(np.int64)
+        for f in range(k * _BITS, min(n_funcs, (k + 1) * _BITS)):
+            cells[:, f] = (values >> (f - k * _BITS)) & 1
     return cells
 
 
@@ -55,12 +66,17 @@ class RewardErrorGuard(Guard):
         super().__init__(config)
         self._errors: dict[int, dict[int, str]] = {}  # held row -> function index -> error
 
+    def setup(self, ctx: Any) -> None:
+        super().setup(ctx)
+        # declared width: one feature per 52 reward functions, so that no function goes unseen
+        self.FEATURES = feature_names(len(ctx.reward_funcs))  # type: ignore[misc]
+
     def scan(self, batch: RolloutBatch) -> dict[str, list[float]]:
         held = list(batch.held_rows)
         self._errors = {}
         log = getattr(self.ctx, "reward_error_log", None)
         if log is None:
-            return {"raised": [0.0] * len(held)}
+            return {name: [0.0] * len(held) for name in self.FEATURES}
         errors, whole = log.take()
         for index, row_errors in errors.items():
             for err in row_errors:
@@ -70,22 +86,24 @@ class RewardErrorGuard(Guard):
         for index, error in whole.items():
             for row in held:
                 self._errors.setdefault(row, {})[index] = f"{error} (raised on every row of the batch)"
-        bits = []
-        for row in held:
-            mask = sum(1 << f for f in self._errors.get(row, {}) if f < _MAX_FUNCTIONS)
-            bits.append(float(mask))
-        return {"raised": bits}
+        out: dict[str, list[float]] = {}
+        for k, name in enumerate(self.FEATURES):
+            low, high = k * _BITS, (k + 1) * _BITS
+            out[name] = [
+                float(sum(1 << (f - low) for f in self._errors.get(row, {}) if low <= f < high)) for row in held
+            ]
+        return out
 
     def row_evidence(self, batch: RolloutBatch, row: int) -> str | None:
         errors = self._errors.get(row)
         return json.dumps({str(k): v for k, v in errors.items()}) if errors else None
 
     def on_batch(self, batch: RolloutBatch, report: Reporter) -> None:
-        cells = raised_cells(batch, self.features(batch)["raised"])
+        cells = raised_cells(batch, self.features(batch))
         if cells is None or not cells.any():
             return
         report.metric("rows", float(cells.sum()))
-        for f, fname in enumerate(batch.reward_names[:_MAX_FUNCTIONS]):
+        for f, fname in enumerate(batch.reward_names):
             rows = np.flatnonzero(cells[:, f]).tolist()
             if rows:
                 shown = rows[:_MAX_SHOWN]

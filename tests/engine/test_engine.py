@@ -166,3 +166,33 @@ def test_token_id_buffers_round_trip(rows: list[list[int]]) -> None:
     packed = pack_ids(rows)
     assert all(isinstance(part, bytes) for part in packed)
     assert unpack_ids(packed) == rows
+
+
+def test_reward_errors_of_a_function_past_the_52nd_are_seen() -> None:
+    """The row-error bits are declared per 52 functions (a float64 holds 52 exactly): none is skipped."""
+    from rl_guards.guards.reward_errors import RewardErrorGuard
+    from rl_guards.rewards.row_errors import RowErrorLog, catch_row_errors
+
+    def ok(completions: list[str], **kwargs: Any) -> list[float]:
+        return [1.0] * len(completions)
+
+    def fails_on_long(completions: list[str], **kwargs: Any) -> list[float]:
+        return [1.0 if len(c) < 5 else 1 / 0 for c in completions]
+
+    log = RowErrorLog()
+    funcs = [catch_row_errors(fails_on_long if i == 57 else ok, i, log) for i in range(60)]
+    cfg = GuardsConfig.from_dict({"reward_errors": {"mode": "warn"}})
+    ctx = RunContext(output_dir="unused", reward_funcs=funcs, reward_func_names=[f"f{i}" for i in range(60)])
+    ctx.reward_error_log = log
+    engine = Engine(cfg, [RewardErrorGuard(cfg)], ctx)
+    engine.setup()
+    assert engine.guard("reward_errors").FEATURES == ("raised", "raised1")
+    completions = ["abc", "abcdefg"]
+    scores = [fn(completions=completions) for fn in funcs]
+    rows = _rows(1, [0.0, 0.0], [3, 7], ["a", "a"])
+    rows.rewards = np.asarray([[np.nan if s[r] is None else s[r] for s in scores] for r in range(2)])
+    rows.reward_names, rows.reward_weights = list(ctx.reward_func_names), [1.0] * 60
+    rows.completions = completions
+    with pytest.warns(UserWarning, match="'f57' raised on 1 of 2 rows"):
+        engine.process(rows)
+    assert [f.kind for f in engine.session.findings] == ["raised:f57"]
