@@ -189,31 +189,23 @@ class GRPOMaskGuard(Guard):
             return
         self._check_now(output, report)
 
-    def _row_kinds(self, output: Mapping[str, Any]) -> torch.Tensor:
-        mask_truncated = bool(getattr(self.ctx.args, "mask_truncated_completions", False))
+    def _rule_args(self, output: Mapping[str, Any]) -> dict[str, Any]:
+        """The run's side of the rules: EOS and pad ids, truncation masking, tool-result markers, markup ids."""
         head, tail = self._tool_result_markers() if output.get("tool_mask") is not None else ([], [])
-        return _tensors().grpo_mask_row_kinds(
-            output,
-            eos_token_ids=self._eos_token_ids(),
-            pad_token_id=self._pad_token_id(),
-            mask_truncated=mask_truncated,
-            tool_head_ids=head,
-            tool_tail_ids=tail,
-            markup_ids=self._markup_ids(output),
-        )
+        return {
+            "eos_token_ids": self._eos_token_ids(),
+            "pad_token_id": self._pad_token_id(),
+            "mask_truncated": bool(getattr(self.ctx.args, "mask_truncated_completions", False)),
+            "tool_head_ids": head,
+            "tool_tail_ids": tail,
+            "markup_ids": self._markup_ids(output),
+        }
+
+    def _row_kinds(self, output: Mapping[str, Any]) -> torch.Tensor:
+        return _tensors().grpo_mask_row_kinds(output, **self._rule_args(output))
 
     def _flags(self, output: Mapping[str, Any]) -> GRPOMaskFlags:
-        mask_truncated = bool(getattr(self.ctx.args, "mask_truncated_completions", False))
-        head, tail = self._tool_result_markers() if output.get("tool_mask") is not None else ([], [])
-        return _tensors().grpo_mask_flags(
-            output,
-            eos_token_ids=self._eos_token_ids(),
-            pad_token_id=self._pad_token_id(),
-            mask_truncated=mask_truncated,
-            tool_head_ids=head,
-            tool_tail_ids=tail,
-            markup_ids=self._markup_ids(output),
-        )
+        return _tensors().grpo_mask_flags(output, **self._rule_args(output))
 
     def tensor_features(self, rows: int, device: Any) -> dict[str, torch.Tensor]:
         """Per-row ``kinds`` bitmask of the batch staged by :meth:`check_tensors` (zeros when it was not checked),
