@@ -16,7 +16,7 @@ Text crosses ranks only in :meth:`Assembly.fill_rows`: for the rows a message sh
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
@@ -343,15 +343,15 @@ class Assembly:
             self.filled_on_main.update(id(b) for b in todo)
         for rank_parts in parts or []:
             for batch, part in zip(todo, rank_parts, strict=True):
-                self._unpack(batch, part)
+                self._unpack(batch, part, lazy=not everywhere)  # a dump's rows: ids as int32 views
 
     @staticmethod
-    def _unpack(batch: RolloutBatch, part: dict[str, Any]) -> None:
+    def _unpack(batch: RolloutBatch, part: dict[str, Any], *, lazy: bool = False) -> None:
         rows = part["rows"]
         if not rows or (batch.local_rows is not None and rows[0] in batch.local_rows):
             return  # this rank's own rows
-        completion_ids = unpack_ids(part["completion_ids"])
-        prompt_ids = unpack_ids(part["prompt_ids"])
+        completion_ids = unpack_ids(part["completion_ids"], lazy=lazy)
+        prompt_ids = unpack_ids(part["prompt_ids"], lazy=lazy)
         lo, hi = rows[0], rows[0] + len(rows)
         n = len(batch)
         if (
@@ -390,15 +390,52 @@ def pack_ids(rows: Sequence[Sequence[int]]) -> tuple[bytes, bytes]:
     return flat.tobytes(), np.cumsum(lengths).tobytes()
 
 
-def unpack_ids(packed: tuple[bytes, bytes]) -> list[list[int]]:
-    """The rows :func:`pack_ids` packed."""
+def unpack_ids(packed: tuple[bytes, bytes], *, lazy: bool = False) -> list[Any]:
+    """The rows :func:`pack_ids` packed: lists of ints, or with ``lazy`` :class:`TokenRow` views of the buffer (no
+    Python int made until a reader iterates them, as the dump writer does on its own thread)."""
     flat = np.frombuffer(packed[0], dtype=np.int32)
     ends = np.frombuffer(packed[1], dtype=np.int64).tolist()
-    out, start = [], 0
+    out: list[Any] = []
+    start = 0
     for end in ends:  # each row's ints straight from the buffer (no list of the whole batch to slice)
-        out.append(flat[start:end].tolist())
+        out.append(TokenRow(flat[start:end]) if lazy else flat[start:end].tolist())
         start = end
     return out
+
+
+class TokenRow(Sequence[int]):
+    """A row of token ids held as an int32 view: reads like a list of ints (``len``, index, slice, iterate, compare,
+    pickle as a list). Rows that reach the main process for a dump stay in this form: making ~5 M Python ints for 64
+    ranks' rows would cost the training thread ~0.1 s a dump step; the writer thread makes them instead."""
+
+    __slots__ = ("_ids",)
+
+    def __init__(self, ids: np.ndarray) -> None:
+        self._ids = ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return self._ids[index].tolist()
+        return int(self._ids[index])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._ids.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TokenRow):
+            return bool(np.array_equal(self._ids, other._ids))
+        return isinstance(other, list | tuple) and self._ids.tolist() == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # a list is not hashable either
+
+    def __repr__(self) -> str:
+        return repr(self._ids.tolist())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (list, (self._ids.tolist(),))
 
 
 def _pick(values: list[str], index: np.ndarray) -> list[str]:

@@ -314,7 +314,7 @@ def build_rollout_table(batches: list[RolloutBatch], markup: MarkupSpec | None =
                 kind, anomalies = think_verdict(
                     text, text, cids, batch.thinking[i], bool(opened[i]) if i < len(opened) else False, markup
                 )
-            pids = batch.prompt_ids[i] if i < len(batch.prompt_ids) else []
+            pids = list(batch.prompt_ids[i]) if i < len(batch.prompt_ids) else []
             cols["step"].append(int(batch.step))
             cols["epoch"].append(float(batch.epoch))
             cols["mode"].append(batch.mode)

@@ -196,3 +196,32 @@ def test_reward_errors_of_a_function_past_the_52nd_are_seen() -> None:
     with pytest.warns(UserWarning, match="'f57' raised on 1 of 2 rows"):
         engine.process(rows)
     assert [f.kind for f in engine.session.findings] == ["raised:f57"]
+
+
+def test_a_dumps_token_rows_read_like_lists_and_pickle_as_lists() -> None:
+    import pickle
+
+    from rl_guards.engine.assembly import TokenRow
+
+    rows = [[5, 6, 7], [], [2**31 - 1, 0]]
+    lazy = unpack_ids(pack_ids(rows), lazy=True)
+    assert all(isinstance(r, TokenRow) for r in lazy)
+    assert lazy == rows and [list(r) for r in lazy] == rows and [len(r) for r in lazy] == [3, 0, 2]
+    first = lazy[0]
+    assert first[-1] == 7 and type(first[-1]) is int and first[1:] == [6, 7] and 6 in first and not lazy[1]
+    assert repr(first) == "[5, 6, 7]" and first != [5, 6] and first == TokenRow(np.asarray([5, 6, 7], np.int32))
+    assert pickle.loads(pickle.dumps(lazy)) == rows and type(pickle.loads(pickle.dumps(first))) is list
+
+
+def test_a_dump_of_token_rows_writes_the_same_table_as_lists() -> None:
+    from rl_guards.engine.assembly import TokenRow
+    from rl_guards.rollouts.store import build_rollout_table
+
+    engine, _ = _engine([LongRows])
+    batch = engine.process(_rows(1, [1.0, 0.0], [3, 4], ["a", "a"]))
+    assert batch is not None
+    plain, _ = build_rollout_table([batch])
+    batch.completion_ids = [TokenRow(np.asarray(r, dtype=np.int32)) for r in batch.completion_ids]
+    batch.prompt_ids = [TokenRow(np.asarray(r, dtype=np.int32)) for r in batch.prompt_ids]
+    lazy, _ = build_rollout_table([batch])
+    assert lazy.equals(plain)
