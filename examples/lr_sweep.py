@@ -36,9 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     from trl import GRPOTrainer
 
     import rl_guards
+    from rl_guards.sweeps.lr_sweep import run_lr_sweep
     from rl_guards.testing import make_dataset, tiny_grpo_config, tiny_setup
     from rl_guards.testing.rewards import arith_correct, echo_match, length_penalty
-    from rl_guards.sweeps.lr_sweep import run_lr_sweep
 
     torch.set_num_threads(1)  # the tiny model gains nothing from more threads; on a busy machine they spin
     start = time.perf_counter()
