@@ -77,6 +77,12 @@ def _rows(step: int, rewards: list[float], lengths: list[int], tasks: list[str],
     )
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every engine here writes its findings under a relative output_dir: keep it in the test's own folder."""
+    monkeypatch.chdir(tmp_path)
+
+
 def _engine(guards: list[type[Guard]], config: dict[str, Any] | None = None) -> tuple[Engine, list[Any]]:
     cfg = GuardsConfig.from_dict(config or {})
     engine = Engine(cfg, [cls(cfg) for cls in guards], RunContext(output_dir="unused"))

@@ -115,7 +115,7 @@ def test_warn_mode_counts_and_keeps_training(make_grpo_trainer: Any) -> None:
 
 
 @pytest.mark.slow
-def test_tool_markers_match_trls_tool_suffix(tiny: Any) -> None:
+def test_tool_markers_match_trls_tool_suffix(tiny: Any, tmp_path: Any) -> None:
     """The head/tail the guard expects around a tool result are what GRPOTrainer inserts, for varied results."""
     from trl import GRPOTrainer
 
@@ -136,7 +136,7 @@ def test_tool_markers_match_trls_tool_suffix(tiny: Any) -> None:
         model=tiny.model_dir,
         processing_class=tok,
         reward_funcs=[arith_correct],
-        args=tiny_grpo_config("unused"),
+        args=tiny_grpo_config(tmp_path / "unused"),
         train_dataset=make_dataset(),
         tools=[add],
     )
