@@ -45,6 +45,23 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             os.environ[name] = value
 
 
+_CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+def _checkout_entries() -> set[str]:
+    """The checkout's top-level names, less tool caches (dot folders, ``__pycache__``)."""
+    return {p.name for p in _CHECKOUT.iterdir() if not p.name.startswith(".") and p.name != "__pycache__"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _checkout_untouched() -> Iterator[None]:
+    """Fail the session when a test left a new folder or file at the top of the checkout (a relative output_dir)."""
+    before = _checkout_entries()
+    yield
+    new = sorted(_checkout_entries() - before)
+    assert not new, f"tests wrote into the checkout: {new}; give each test's runs a tmp_path output_dir"
+
+
 @pytest.fixture(autouse=True)
 def _fresh_wandb_settings() -> Iterator[None]:
     """Tear W&B's process-wide setup down after a test that used it.
