@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from rl_guards.config import GuardsConfig
-from rl_guards.core.batch import RolloutBatch
+from rl_guards.core.batch import NumberColumn, RewardRows, RolloutBatch
 from rl_guards.core.task_labels import TaskLabels, task_hash
 from rl_guards.guards.base import Finding, Guard, GuardSession, overrides
 
@@ -150,18 +150,14 @@ class Assembly:
         unique_labels = self._task_labels(unique_names, local.step)
         batch.raw_tasks = _pick(unique_names, inverse)
         batch.tasks = _pick(unique_labels, inverse)
-        batch.advantages = columns["advantage"].tolist()
+        # The gathered numbers stay arrays, read like lists (no Python number per row unless a reader asks)
+        batch.advantages = NumberColumn(columns["advantage"])
         lengths = columns["length"].astype(np.int64)
-        batch.completion_lengths = lengths.tolist()
-        batch.truncated = (columns["truncated"] != 0).tolist()
-        thinking = columns["thinking"]
-        modes = (thinking > 0).astype(object)  # Python bools; None where unknown (-1)
-        modes[thinking < 0] = None
-        batch.thinking = modes.tolist()
-        batch.prompt_opened = (columns["prompt_opened"] != 0).tolist()
-        batch.features = {n: columns[n].tolist() for n in self.feature_names[len(BASE_FEATURES) :]}
-        # each features list with the column it came from (RolloutBatch.column_array)
-        batch.__dict__["_gathered_arrays"] = {id(v): (v, columns[n]) for n, v in batch.features.items()}
+        batch.completion_lengths = NumberColumn(lengths, "int")
+        batch.truncated = NumberColumn(columns["truncated"], "bool")
+        batch.thinking = NumberColumn(columns["thinking"], "mode")  # 1/0, -1 where unknown (None)
+        batch.prompt_opened = NumberColumn(columns["prompt_opened"], "bool")
+        batch.features = {n: NumberColumn(columns[n]) for n in self.feature_names[len(BASE_FEATURES) :]}
         batch.__post_init__()
         # The batch's numeric views, from the arrays at hand (the values its cached properties would compute)
         labels = sorted(set(unique_labels))
@@ -188,13 +184,7 @@ class Assembly:
             columns[name] = spread(values, None)
         advantages = [0.0] * n
         advantages[lo:hi] = [float(a) for a in local.advantages][: len(held)]
-        nan = np.isnan(rewards)
-        if nan.any():  # None where a function skipped the row
-            cells = rewards.astype(object)
-            cells[nan] = None
-            reward_rows = cells.tolist()
-        else:
-            reward_rows = rewards.tolist()
+        matrix = np.array(rewards, dtype=np.float64)  # a copy: the driver's tensor may share its memory
         lengths = [0] * n
         lengths[lo:hi] = [len(ids) for ids in local.completion_ids]
         batch = RolloutBatch(
@@ -203,7 +193,7 @@ class Assembly:
             num_generations=int(local.num_generations or 1),
             reward_names=list(local.reward_names),
             reward_weights=[float(w) for w in local.reward_weights],
-            rewards=reward_rows,
+            rewards=RewardRows(matrix),  # None where a function skipped the row (NaN)
             advantages=advantages,
             tasks=spread(local.tasks, ""),
             raw_tasks=spread(local.tasks, ""),
@@ -224,7 +214,7 @@ class Assembly:
         )
         # what RolloutBatch.reward_matrix computes from the rows (None -> NaN), from the array at hand
         if n and rewards.shape[1]:
-            batch.__dict__["reward_matrix"] = np.array(rewards, dtype=np.float64)
+            batch.__dict__["reward_matrix"] = matrix
         return batch
 
     def _host_values(self, batch: RolloutBatch, local: LocalRows) -> np.ndarray:
@@ -275,7 +265,7 @@ class Assembly:
         """The task name of each distinct gathered id, and per row the index of its id in that list; names new to
         the run are exchanged once, in sorted order."""
         known = self.task_registry
-        unique, inverse = np.unique(hashes, return_inverse=True)
+        unique, inverse = _unique_runs(hashes)
         unknown = [int(h) for h in unique if int(h) not in known]
         if unknown:
             wanted = set(unknown)
@@ -436,6 +426,16 @@ class TokenRow(Sequence[int]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (list, (self._ids.tolist(),))
+
+
+def _unique_runs(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)``, sorting only the runs of equal neighbours (a group's rows share
+    their task, so a batch has a few hundred runs however many thousand rows)."""
+    if not len(values):
+        return np.unique(values, return_inverse=True)
+    starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
+    unique, run_index = np.unique(values[starts], return_inverse=True)
+    return unique, np.repeat(run_index.reshape(-1), np.diff(np.append(starts, len(values))))
 
 
 def _pick(values: list[str], index: np.ndarray) -> list[str]:

@@ -214,10 +214,11 @@ class GRPOMaskGuard(Guard):
 
     def on_batch(self, batch: Any, report: Reporter) -> None:
         """Decide from the gathered per-row bitmask (every rank holds the same numbers)."""
-        feats = batch.features
-        if "masking/kinds" not in feats or not any(feats.get("masking/checked", [])):
+        checked = batch.feature("masking/checked")
+        kinds_column = batch.feature("masking/kinds")
+        if kinds_column is None or checked is None or not checked.any():
             return
-        bits = batch.column_array(feats["masking/kinds"]).astype(np.int64)
+        bits = kinds_column.astype(np.int64)
         kinds = M.GRPO_KINDS
         broken = [(bits >> k) & 1 for k in range(len(kinds))]
         counts = [int(b.sum()) for b in broken] + [int((bits != 0).sum())]

@@ -150,11 +150,12 @@ class ThinkTagsGuard(Guard):
         feats = {k: batch.column_array(v).astype(np.int64) for k, v in self.features(batch).items()}
         codes, wrong, thinking = feats["codes"], feats["wrong"] != 0, feats["thinking"] != 0
         names, index = batch.task_index
-        code_rows = {code: (codes >> bit) & 1 for bit, code in enumerate(ALL_CODES)}
+        present = int(np.bitwise_or.reduce(codes))  # only the codes some row has need a pass
+        code_rows = {code: (codes >> bit) & 1 for bit, code in enumerate(ALL_CODES) if (present >> bit) & 1}
         rate = float(wrong.sum()) / n
         report.metric("anomalous_rate", rate)
         for code in ALL_CODES:
-            report.metric(f"rate/{code}", float(code_rows[code].sum()) / n)
+            report.metric(f"rate/{code}", float(code_rows[code].sum()) / n if code in code_rows else 0.0)
         thinking_rows = int(thinking.sum())
         report.metric("thinking_share", thinking_rows / n)
         if thinking_rows:
@@ -167,7 +168,7 @@ class ThinkTagsGuard(Guard):
             report.task_metric(task, "think/anomalous_rate", task_wrong[t] / rows[t])
             report.task_metric(task, "think/thinking_share", task_thinking[t] / rows[t])
             for code in ALL_CODES:
-                if task_codes[code][t]:
+                if code in task_codes and task_codes[code][t]:
                     report.task_metric(task, f"think/{code}_rate", task_codes[code][t] / rows[t])
 
         if batch.mode == "train" and self.config.target_thinking_share is not None:
@@ -175,7 +176,7 @@ class ThinkTagsGuard(Guard):
 
         if rate > self.config.max_anomaly_rate:
             wrong_rows = np.flatnonzero(wrong).tolist()
-            counts = {code: int(r.sum()) for code, r in code_rows.items()}
+            counts = {code: int(code_rows[code].sum()) if code in code_rows else 0 for code in ALL_CODES}
             shown = wrong_rows[:2]
             report.violation(
                 "anomaly_rate",

@@ -231,3 +231,52 @@ def test_a_dump_of_token_rows_writes_the_same_table_as_lists() -> None:
     batch.prompt_ids = [TokenRow(np.asarray(r, dtype=np.int32)) for r in batch.prompt_ids]
     lazy, _ = build_rollout_table([batch])
     assert lazy.equals(plain)
+
+
+def test_a_number_column_reads_like_the_list_it_stands_for() -> None:
+    import pickle
+
+    from rl_guards.core.batch import NumberColumn
+
+    floats = NumberColumn(np.array([0.5, -1.0, 2.0]))
+    assert floats == [0.5, -1.0, 2.0] and floats[1] == -1.0 and type(floats[0]) is float
+    assert floats[1:] == [-1.0, 2.0] and list(floats) == [0.5, -1.0, 2.0] and floats != [0.5, -1.0]
+    ints = NumberColumn(np.array([3.0, 7.0]), "int")
+    assert ints == [3, 7] and type(ints[-1]) is int
+    flags = NumberColumn(np.array([0.0, 1.0, 2.0]), "bool")
+    assert flags == [False, True, True] and flags[0] is False
+    modes = NumberColumn(np.array([1.0, 0.0, -1.0]), "mode")
+    assert modes == [True, False, None] and modes[2] is None and modes[0] is True
+    assert np.asarray(modes).tolist() == [True, False, None]  # None stays None, as from the list
+    back = pickle.loads(pickle.dumps(modes))
+    assert back == [True, False, None] and type(back) is list
+    held = np.asarray(floats)
+    assert held is floats.array and np.array(floats, copy=True) is not floats.array
+    assert RolloutBatch.column_array(None, ints).tolist() == [3.0, 7.0]  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        NumberColumn(np.zeros(1), "text")
+
+
+def test_reward_rows_read_none_where_a_function_skipped() -> None:
+    import pickle
+
+    from rl_guards.core.batch import RewardRows
+
+    rows = RewardRows(np.array([[1.0, np.nan], [0.0, 0.5]]))
+    assert rows[0] == [1.0, None] and rows[-1] == [0.0, 0.5]
+    assert rows == [[1.0, None], [0.0, 0.5]] and list(rows) == [[1.0, None], [0.0, 0.5]]
+    assert pickle.loads(pickle.dumps(rows)) == [[1.0, None], [0.0, 0.5]]
+    assert np.isnan(np.asarray(rows)[0, 1]) and len(rows) == 2
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_unique_over_runs_matches_numpy_unique(seed: int) -> None:
+    from rl_guards.engine.assembly import _unique_runs
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 300))
+    values = np.repeat(rng.integers(-5, 6, size=n), rng.integers(1, 9, size=n)).astype(np.int64)
+    unique, inverse = _unique_runs(values)
+    want_unique, want_inverse = np.unique(values, return_inverse=True)
+    assert unique.tolist() == want_unique.tolist()
+    assert inverse.reshape(-1).tolist() == want_inverse.reshape(-1).tolist()
