@@ -66,6 +66,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 __all__ = [
     "ALL_CODES",
@@ -196,6 +197,36 @@ class MarkupVerdict:
     @property
     def is_anomalous(self) -> bool:
         return self.kind == "anomalous"
+
+    # scan()'s common shapes leave ``answer`` and ``thinking`` as spans of the text (``_pieces``): most callers read
+    # only the kind and codes, and copying the text into two new strings cost a quarter of a scan. Each is made on
+    # its first read (the same string the eager path makes); eq, hash, repr, copy and pickle read them too.
+    def __getattr__(self, name: str) -> Any:
+        pieces = self.__dict__.get("_pieces")
+        if pieces is None or name not in ("answer", "thinking"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        value = _piece(pieces, name)
+        fields = self.__dict__
+        fields[name] = value
+        if "answer" in fields and "thinking" in fields:
+            fields.pop("_pieces", None)  # (another thread may have made the other one)
+        return value
+
+    def __getstate__(self) -> dict[str, Any]:
+        for name in ("answer", "thinking"):
+            getattr(self, name)  # made from the spans, which are then dropped
+        return dict(self.__dict__)
+
+
+def _piece(pieces: tuple[str, int, int, int, int, str], name: str) -> str:
+    """``answer`` or ``thinking`` of a verdict from scan()'s spans (see ``MarkupVerdict._pieces``)."""
+    text, think_a, think_b, answer_a, answer_b, before = pieces
+    if name == "thinking":
+        return text[think_a:think_b].strip() if think_a < think_b else ""
+    answer = text[answer_a:answer_b].strip() if answer_a < answer_b else ""
+    if before:
+        answer = f"{before}\n{answer}" if answer else before
+    return answer
 
 
 # ----- scanning ---------------------------------------------------------------------------------------------
@@ -663,56 +694,57 @@ def scan(
 
     # ---- the block state machine; the common shapes of a quick markup without the general walk: no tag, one
     # block, a prompt-opened block closed, an unclosed block, a stray close
+    # The common shapes of a quick markup leave the answer and thinking as spans (``pieces``: text, thinking span,
+    # answer span, text before the block put before the answer), made into strings when first read; emptiness is
+    # one search for a non-space character (the whitespace str.strip removes).
     codes: set[str]
+    pieces: tuple[str, int, int, int, int, str] | None = None
+    answer = thinking = ""
     quick = plan.quick
+    visible = _NONSPACE.search
     if quick and n_events == 0:
         if prompt_opened:
-            codes, answer, thinking, blocks, closed, inside = {UNCLOSED_OPEN}, "", text.strip(), 1, 0, True
+            codes, blocks, closed, inside = {UNCLOSED_OPEN}, 1, 0, True
+            pieces = (text, 0, len(text), 0, 0, "")
         else:
-            answer = (text[: len(text) - cut] if cut else text).strip()
-            codes, thinking, blocks, closed, inside = set(), "", 0, 0, False
+            codes, blocks, closed, inside = set(), 0, 0, False
+            pieces = (text, 0, 0, 0, len(text) - cut, "")
     elif quick and n_events == 2 and open_count == 1 and events[0][2] and not prompt_opened:
         (s0, e0, _), (s1, e1, _) = events
         codes = set()
         before = text[:s0].strip() if s0 else ""
         if before:
             codes.add(TEXT_BEFORE_OPEN)
-        thinking = text[e0:s1].strip()
-        if not thinking:
+        if visible(text, e0, s1) is None:
             codes.add(EMPTY_THINKING)
         end = len(text) - cut  # a tag cut by the end of the text is not answer text
-        answer = text[e1:end].strip() if e1 < end else ""
-        if not answer:
+        if e1 >= end or visible(text, e1, end) is None:
             codes.add(EMPTY_ANSWER)
-            answer = before
-        elif before:
-            answer = f"{before}\n{answer}"
+        pieces = (text, e0, s1, e1, end, before)
         blocks, closed, inside = 1, 1, False
     elif quick and n_events == 1 and not open_count and prompt_opened:
         s0, e0, _ = events[0]
         codes = set()
-        thinking = text[:s0].strip()
-        if not thinking:
+        if visible(text, 0, s0) is None:
             codes.add(EMPTY_THINKING)
         end = len(text) - cut
-        answer = text[e0:end].strip() if e0 < end else ""
-        if not answer:
+        if e0 >= end or visible(text, e0, end) is None:
             codes.add(EMPTY_ANSWER)
+        pieces = (text, 0, s0, e0, end, "")
         blocks, closed, inside = 1, 1, False
     elif quick and n_events == 1 and not prompt_opened:
         s0, e0, _ = events[0]
-        before = text[:s0].strip() if s0 else ""
         if open_count:  # a block never closed (the completion hit the length limit)
+            before = text[:s0].strip() if s0 else ""
             codes = {TEXT_BEFORE_OPEN, UNCLOSED_OPEN} if before else {UNCLOSED_OPEN}
-            answer, thinking = before, text[e0:].strip()
+            pieces = (text, e0, len(text), 0, 0, before)
             blocks, closed, inside = 1, 0, True
         else:  # a close with no open: the text before it is thinking whose open tag is missing
             codes = {STRAY_CLOSE}
-            thinking = before
             end = len(text) - cut
-            answer = text[e0:end].strip() if e0 < end else ""
-            if not answer:
+            if e0 >= end or visible(text, e0, end) is None:
                 codes.add(EMPTY_ANSWER)
+            pieces = (text, 0, s0, e0, end, "")
             blocks, closed, inside = 1, 1, False
     else:
         walk = _walk(events, len(text), prompt_opened, text, plan.header)
@@ -750,7 +782,7 @@ def scan(
                 # that were skipped): the ids are the ground truth for the block structure.
                 codes -= MALFORMED - {PARTIAL_TAG}
                 blocks, closed, inside = id_walk.blocks, id_walk.closed, id_walk.inside
-                answer, thinking = _clean_answer(text, [(0, len(text))], markup, cut), ""
+                answer, thinking, pieces = _clean_answer(text, [(0, len(text))], markup, cut), "", None
         codes |= id_walk.codes
 
     # ---- the verdict
@@ -771,8 +803,11 @@ def scan(
     fields = verdict.__dict__
     fields["kind"] = kind
     fields["anomalies"] = anomalies
-    fields["answer"] = answer
-    fields["thinking"] = thinking
+    if pieces is None:
+        fields["answer"] = answer
+        fields["thinking"] = thinking
+    else:
+        fields["_pieces"] = pieces
     fields["open_count"] = open_count
     fields["close_count"] = close_count
     fields["has_tags"] = n_events > 0 or bool(id_open) or bool(id_close)
@@ -784,7 +819,9 @@ def scan(
 
 def strip_thinking(text: str, markup: ThinkMarkup = THINK, *, prompt_opened: bool = False) -> str:
     """The final answer only (what a blind judge should see)."""
-    return scan(text, markup, prompt_opened=prompt_opened).answer
+    fields = scan(text, markup, prompt_opened=prompt_opened).__dict__
+    pieces = fields.get("_pieces")
+    return fields["answer"] if pieces is None else _piece(pieces, "answer")
 
 
 def anomalies_for_mode(verdict: MarkupVerdict, thinking: bool) -> tuple[str, ...]:

@@ -411,3 +411,40 @@ def test_scan_real_rendered_completions(qwen_tokenizer, template_name: str) -> N
         # Decoded as TRL does for rewards (skip_special_tokens=True): <think> is not special in Qwen3, so kept.
         decoded = qwen_tokenizer.decode(ids, skip_special_tokens=True)
         assert scan(decoded).kind == "thinking"
+
+
+@pytest.mark.parametrize(
+    "text, prompt_opened, answer, thinking",
+    [
+        ("<think>\nsteps\n</think>\n\n42", False, "42", "steps"),
+        ("lead <think>x</think> 42", False, "lead\n42", "x"),
+        ("<think>  </think>   ", False, "", ""),
+        ("plain answer  ", False, "plain answer", ""),
+        ("still thinking", True, "", "still thinking"),
+        ("thought</think> 7", True, "7", "thought"),
+        ("<think>never closed", False, "", "never closed"),
+        ("pre <think>never closed", False, "pre", "never closed"),
+        ("stray</think> tail", False, "tail", "stray"),
+        ("<think>a</think>b<think>c</think>d", False, "b\nd", "a\nc"),
+    ],
+)
+def test_a_verdict_with_deferred_strings_is_the_same_object_every_way(
+    text: str, prompt_opened: bool, answer: str, thinking: str
+) -> None:
+    """scan() may leave answer/thinking as spans: every way of reading the verdict sees the finished strings."""
+    import copy
+    import dataclasses
+
+    def fresh() -> tm.MarkupVerdict:
+        return scan(text, prompt_opened=prompt_opened)
+
+    eager = fresh()
+    assert (eager.answer, eager.thinking) == (answer, thinking)
+    assert fresh().thinking == thinking and fresh().answer == answer  # either one first
+    assert strip_thinking(text, prompt_opened=prompt_opened) == answer
+    assert fresh() == eager and hash(fresh()) == hash(eager) and repr(fresh()) == repr(eager)
+    assert pickle.loads(pickle.dumps(fresh())) == eager and copy.deepcopy(fresh()) == eager
+    assert dataclasses.asdict(fresh())["answer"] == answer and dataclasses.replace(fresh()) == eager
+    assert "_pieces" not in pickle.loads(pickle.dumps(fresh())).__dict__
+    with pytest.raises(AttributeError):
+        fresh().no_such_field  # noqa: B018
