@@ -811,9 +811,11 @@ def scan(
     fields["open_count"] = open_count
     fields["close_count"] = close_count
     fields["has_tags"] = n_events > 0 or bool(id_open) or bool(id_close)
-    fields["prompt_opened"] = prompt_opened
-    fields["id_open_count"] = id_open
-    fields["id_close_count"] = id_close
+    if prompt_opened:  # the last three fields have class defaults (False, None, None): stored when they differ
+        fields["prompt_opened"] = True
+    if id_open is not None:
+        fields["id_open_count"] = id_open
+        fields["id_close_count"] = id_close
     return verdict
 
 
