@@ -162,43 +162,26 @@ class RolloutBatch:
         return np.asarray(values, dtype=np.float64)
 
 
-class NumberColumn(Sequence[Any]):
-    """A per-row column of numbers held as a numpy array, read like the list it stands for.
+class _ArrayList(Sequence[Any]):
+    """A numpy array read like the Python list it stands for: the list (``_make_list``) is made once, on the first
+    read that needs it; iterate, ``==`` against a list, repr and pickle as that list; ``np.asarray`` is the array."""
 
-    The assembly fills the batch's numeric columns (advantages, lengths, flags, features) with these, so a batch
-    of thousands of gathered rows makes no Python number until someone reads a row: ``len``, index (a Python
-    ``float``/``int``/``bool``, or for ``kind="mode"`` ``True``/``False``/``None`` from 1/0/-1), slice and iterate
-    (a list), ``==`` against a list, pickle as a list; ``np.asarray(column)`` is the array itself.
-    """
+    __slots__ = ("_array", "_list")
 
-    __slots__ = ("_array", "_kind", "_list")
-
-    def __init__(self, array: np.ndarray, kind: str = "float") -> None:
-        if kind not in ("float", "int", "bool", "mode"):
-            raise ValueError(f"NumberColumn kind must be float, int, bool or mode, got {kind!r}")
+    def __init__(self, array: np.ndarray) -> None:
         self._array = array
-        self._kind = kind
         self._list: list[Any] | None = None
 
-    @property
-    def array(self) -> np.ndarray:
-        """The numbers (do not write to it)."""
-        return self._array
+    def _make_list(self) -> list[Any]:
+        raise NotImplementedError
+
+    def _cell(self, index: Any) -> Any:
+        raise NotImplementedError
 
     def tolist(self) -> list[Any]:
-        """The column as the list it stands for (made once)."""
+        """The list it stands for (made once)."""
         if self._list is None:
-            a = self._array
-            if self._kind == "mode":
-                cells = (a > 0).astype(object)
-                cells[a < 0] = None
-                self._list = cells.tolist()
-            elif self._kind == "bool":
-                self._list = (a != 0).tolist()
-            elif self._kind == "int":
-                self._list = a.astype(np.int64).tolist()
-            else:
-                self._list = a.astype(np.float64).tolist()
+            self._list = self._make_list()
         return self._list
 
     def __len__(self) -> int:
@@ -207,26 +190,19 @@ class NumberColumn(Sequence[Any]):
     def __getitem__(self, index: Any) -> Any:
         if self._list is not None or isinstance(index, slice):
             return self.tolist()[index]
-        value = self._array[index]
-        if self._kind == "mode":
-            return None if value < 0 else bool(value > 0)
-        if self._kind == "bool":
-            return bool(value != 0)
-        return int(value) if self._kind == "int" else float(value)
+        return self._cell(index)
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.tolist())
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, NumberColumn):
+        if isinstance(other, _ArrayList):
             return self.tolist() == other.tolist()
         return isinstance(other, list | tuple) and self.tolist() == list(other)
 
     __hash__ = None  # type: ignore[assignment]  # a list is not hashable either
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        if self._kind == "mode":  # None stays None, as in the list
-            return np.asarray(self.tolist(), dtype=dtype if dtype is not None else object)
         if copy:
             return self._array.astype(dtype if dtype is not None else self._array.dtype, copy=True)
         return self._array if dtype is None else self._array.astype(dtype, copy=False)
@@ -238,56 +214,68 @@ class NumberColumn(Sequence[Any]):
         return (list, (self.tolist(),))
 
 
-class RewardRows(Sequence[list[Any]]):
+class NumberColumn(_ArrayList):
+    """A per-row column of numbers held as a numpy array, read like the list it stands for.
+
+    The assembly fills the batch's numeric columns (advantages, lengths, flags, features) with these, so a batch
+    of thousands of gathered rows makes no Python number until someone reads a row: ``len``, index (a Python
+    ``float``/``int``/``bool``, or for ``kind="mode"`` ``True``/``False``/``None`` from 1/0/-1), slice and iterate
+    (a list), ``==`` against a list, pickle as a list; ``np.asarray(column)`` is the array itself.
+    """
+
+    __slots__ = ("_kind",)
+
+    def __init__(self, array: np.ndarray, kind: str = "float") -> None:
+        if kind not in ("float", "int", "bool", "mode"):
+            raise ValueError(f"NumberColumn kind must be float, int, bool or mode, got {kind!r}")
+        super().__init__(array)
+        self._kind = kind
+
+    @property
+    def array(self) -> np.ndarray:
+        """The numbers (do not write to it)."""
+        return self._array
+
+    def _make_list(self) -> list[Any]:
+        a = self._array
+        if self._kind == "mode":
+            cells = (a > 0).astype(object)
+            cells[a < 0] = None
+            return cells.tolist()
+        if self._kind == "bool":
+            return (a != 0).tolist()
+        return a.astype(np.int64 if self._kind == "int" else np.float64).tolist()
+
+    def _cell(self, index: Any) -> Any:
+        value = self._array[index]
+        if self._kind == "mode":
+            return None if value < 0 else bool(value > 0)
+        if self._kind == "bool":
+            return bool(value != 0)
+        return int(value) if self._kind == "int" else float(value)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if self._kind == "mode":  # None stays None, as in the list
+            return np.asarray(self.tolist(), dtype=dtype if dtype is not None else object)
+        return super().__array__(dtype, copy)
+
+
+class RewardRows(_ArrayList):
     """``RolloutBatch.rewards`` from a ``[rows, functions]`` float64 array: each row read is a list with ``None``
     where the array holds NaN (a function that skipped the row); iterate, compare and pickle as the list of lists."""
 
-    __slots__ = ("_list", "_matrix")
+    __slots__ = ()
 
-    def __init__(self, matrix: np.ndarray) -> None:
-        self._matrix = matrix
-        self._list: list[list[Any]] | None = None
+    def _make_list(self) -> list[Any]:
+        nan = np.isnan(self._array)
+        if not nan.any():
+            return self._array.tolist()
+        cells = self._array.astype(object)
+        cells[nan] = None
+        return cells.tolist()
 
-    def tolist(self) -> list[list[Any]]:
-        """The rows as lists (made once)."""
-        if self._list is None:
-            nan = np.isnan(self._matrix)
-            if nan.any():
-                cells = self._matrix.astype(object)
-                cells[nan] = None
-                self._list = cells.tolist()
-            else:
-                self._list = self._matrix.tolist()
-        return self._list
-
-    def __len__(self) -> int:
-        return len(self._matrix)
-
-    def __getitem__(self, index: Any) -> Any:
-        if self._list is not None or isinstance(index, slice):
-            return self.tolist()[index]
-        return [None if math.isnan(v) else v for v in self._matrix[index].tolist()]
-
-    def __iter__(self) -> Iterator[list[Any]]:
-        return iter(self.tolist())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, RewardRows):
-            return self.tolist() == other.tolist()
-        return isinstance(other, list | tuple) and self.tolist() == list(other)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        if copy:
-            return self._matrix.astype(dtype if dtype is not None else self._matrix.dtype, copy=True)
-        return self._matrix if dtype is None else self._matrix.astype(dtype, copy=False)
-
-    def __repr__(self) -> str:
-        return repr(self.tolist())
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (list, (self.tolist(),))
+    def _cell(self, index: Any) -> Any:
+        return [None if math.isnan(v) else v for v in self._array[index].tolist()]
 
 
 def weighted_sum(matrix: np.ndarray, weights: Sequence[float]) -> np.ndarray:
