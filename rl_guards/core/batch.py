@@ -25,35 +25,40 @@ import numpy as np
 
 @dataclass
 class RolloutBatch:
-    """One generation batch (all ranks), as scored by the reward functions."""
+    """One generation batch (all ranks), as scored by the reward functions.
+
+    The per-row numeric fields are sequences: lists when built by hand, and when the engine assembles a batch,
+    :class:`NumberColumn` / :class:`RewardRows` (numpy arrays that read, iterate, compare and pickle like those
+    lists; ``list(...)`` makes one, :meth:`column_array` takes the numbers without a pass over the rows).
+    """
 
     step: int  # TRL's step: the global step a train batch is trained in (global_step + 1 at generation)
     mode: str  # "train" or "eval"
     num_generations: int  # group size G
     reward_names: list[str]  # one per reward function, TRL's names (the W&B keys)
     reward_weights: list[float]  # one per reward function
-    rewards: list[list[float | None]]  # [row][func]; None where the function returned None (not its row)
-    advantages: list[float]  # one per row, as the trainer computed them
+    rewards: Sequence[list[float | None]]  # [row][func]; None where the function returned None (not its row)
+    advantages: Sequence[float]  # one per row, as the trainer computed them
     tasks: list[str]  # one per row: the task's metric label (its name, or OTHER_TASKS beyond tasks.max_tasks)
     completions: list[Any]  # the completion text the reward functions saw (None for rows held by other ranks)
     completion_ids: list[list[int]]  # generated ids, unpadded, cut after the first EOS (EOS kept); [] if not held
     prompt_ids: list[list[int]]  # rendered prompt ids, unpadded ([] if not held)
-    truncated: list[bool]  # completion did not end with EOS (hit max_completion_length)
-    thinking: list[bool | None]  # per-row thinking mode, None when unknown
+    truncated: Sequence[bool]  # completion did not end with EOS (hit max_completion_length)
+    thinking: Sequence[bool | None]  # per-row thinking mode, None when unknown
     max_completion_length: int = 0
     prompts: list[Any] = field(default_factory=list)  # raw prompts (messages or strings)
     columns: dict[str, list[Any]] = field(default_factory=dict)  # other dataset columns, one value per row
     # per row: the rendered prompt ends inside an open think block (template prefill); empty = unknown
-    prompt_opened: list[bool] = field(default_factory=list)
+    prompt_opened: Sequence[bool] = field(default_factory=list)
     # per row: the task name from the dataset (default task when null or absent); empty = same as ``tasks``
     raw_tasks: list[str] = field(default_factory=list)
     # Decoders supplied by the adapter; None in pure unit tests.
     decode: Any = None  # callable(list[int]) -> str with special tokens kept
     epoch: float = 0.0
     # per row: completion tokens (EOS included); empty = the lengths of ``completion_ids``
-    completion_lengths: list[int] = field(default_factory=list)
+    completion_lengths: Sequence[int] = field(default_factory=list)
     # per-row numbers guards computed on the rows each process holds (``Guard.scan``), named ``<guard>/<name>``
-    features: dict[str, list[float]] = field(default_factory=dict)
+    features: dict[str, Sequence[float]] = field(default_factory=dict)
     local_rows: range | None = None  # rows whose text this process holds; None = every row
     # guard-rendered views of single rows, for messages: (guard name, row) -> text (e.g. a mask rendering)
     evidence: dict[tuple[str, int], str] = field(default_factory=dict)
