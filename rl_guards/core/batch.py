@@ -174,7 +174,8 @@ class _ArrayList(Sequence[Any]):
     __slots__ = ("_array", "_list")
 
     def __init__(self, array: np.ndarray) -> None:
-        self._array = array
+        self._array = array.view()
+        self._array.flags.writeable = False  # np.asarray hands this out: a reader must not change the batch
         self._list: list[Any] | None = None
 
     def _make_list(self) -> list[Any]:

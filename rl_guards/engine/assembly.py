@@ -185,6 +185,7 @@ class Assembly:
         advantages = [0.0] * n
         advantages[lo:hi] = [float(a) for a in local.advantages][: len(held)]
         matrix = np.array(rewards, dtype=np.float64)  # a copy: the driver's tensor may share its memory
+        matrix.flags.writeable = False  # shared by rewards and reward_matrix: no reader may change it
         lengths = [0] * n
         lengths[lo:hi] = [len(ids) for ids in local.completion_ids]
         batch = RolloutBatch(

@@ -252,6 +252,9 @@ def test_a_number_column_reads_like_the_list_it_stands_for() -> None:
     assert back == [True, False, None] and type(back) is list
     held = np.asarray(floats)
     assert held is floats.array and np.array(floats, copy=True) is not floats.array
+    with pytest.raises(ValueError, match="read-only"):
+        held[0] = 9.0  # a reader cannot change the batch's column through the array it was handed
+    assert floats[0] == 0.5
     assert RolloutBatch.column_array(None, ints).tolist() == [3.0, 7.0]  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         NumberColumn(np.zeros(1), "text")
@@ -267,6 +270,8 @@ def test_reward_rows_read_none_where_a_function_skipped() -> None:
     assert rows == [[1.0, None], [0.0, 0.5]] and list(rows) == [[1.0, None], [0.0, 0.5]]
     assert pickle.loads(pickle.dumps(rows)) == [[1.0, None], [0.0, 0.5]]
     assert np.isnan(np.asarray(rows)[0, 1]) and len(rows) == 2
+    with pytest.raises(ValueError, match="read-only"):
+        np.asarray(rows)[0, 0] = 5.0
 
 
 @pytest.mark.parametrize("seed", range(40))
