@@ -99,4 +99,10 @@ def main(out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    try:
+        main(sys.argv[1])
+    finally:
+        # An orderly gloo teardown: a process group left for the interpreter's exit can abort a rank after the run
+        # finished ("terminate called without an active exception", pytorch/pytorch#190489).
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
