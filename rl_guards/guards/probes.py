@@ -581,20 +581,29 @@ class RewardProbeGuard(Guard):
             fn,
             prompts=[prompt] * n,
             completions=[_shaped_like(original, text) for text in texts],
-            completion_ids=[self._ids(text) for text in texts],
+            completion_ids=self._ids_of(texts),
             columns={k: [value] * n for k, value in columns.items()},
             trainer_state=state,
         )
 
-    def _ids(self, text: str) -> list[int]:
+    def _ids_of(self, texts: list[str]) -> list[list[int]]:
+        """The variants' completion ids (EOS appended, as TRL's rows end): one batch encode (a fast tokenizer spreads
+        it over its threads), else text by text; [] for a text the tokenizer cannot encode."""
         tokenizer = self.ctx.tokenizer
         if tokenizer is None:
-            return []
+            return [[] for _ in texts]
+        eos = self.ctx.eos_token_ids[:1]
         try:
-            ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+            return [list(ids) + eos for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
         except Exception:
-            return []
-        return ids + self.ctx.eos_token_ids[:1]
+            pass
+        out: list[list[int]] = []
+        for text in texts:
+            try:
+                out.append(list(tokenizer(text, add_special_tokens=False)["input_ids"]) + eos)
+            except Exception:
+                out.append([])
+        return out
 
     def _message(
         self, batch: RolloutBatch, found: list[int], tried: list[int], fname: str, probe: str, variant: str
