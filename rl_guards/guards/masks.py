@@ -259,15 +259,8 @@ class GRPOMaskGuard(Guard):
         return json.dumps(views) if views else None
 
     def _global_message(self, kind: str, global_report: M.MaskReport, batch: Any, shown: list[int]) -> str:
-        what, fix = RULES[kind]
         output = self._staged[0] if self._staged is not None else {}
-        if kind == M.POST_EOS and output.get("tool_mask") is not None:
-            fix += " With tools, tool_mask must be 0 from the token right after the model's EOS to the next turn."
-        n, total = global_report.counts[kind], global_report.num_rows
-        lines = [f"{kind}: {n} of {total} rows {what}."]
-        others = [k for k in global_report.kinds if k != kind]
-        if others:
-            lines[0] += " Also: " + ", ".join(f"{k} ({global_report.counts[k]})" for k in others) + "."
+        lines, fix = _message_head(kind, global_report, output)
         lines.append(M.LEGEND)
         for row in shown:
             text = batch.evidence.get((self.name, row)) or self.row_evidence(batch, row)
@@ -318,14 +311,7 @@ class GRPOMaskGuard(Guard):
         flags: GRPOMaskFlags | None,
         output: Mapping[str, Any],
     ) -> str:
-        what, fix = RULES[kind]
-        if kind == M.POST_EOS and output.get("tool_mask") is not None:
-            fix += " With tools, tool_mask must be 0 from the token right after the model's EOS to the next turn."
-        n, total = global_report.counts[kind], global_report.num_rows
-        lines = [f"{kind}: {n} of {total} rows {what}."]
-        others = [k for k in global_report.kinds if k != kind]
-        if others:
-            lines[0] += " Also: " + ", ".join(f"{k} ({global_report.counts[k]})" for k in others) + "."
+        lines, fix = _message_head(kind, global_report, output)
         local_rows = (local_report.rows.get(kind, []) if local_report else [])[: self.config.max_rows_shown]
         if flags is not None and local_rows:
             lines.append(M.LEGEND)
@@ -369,3 +355,16 @@ def _tensors() -> Any:
 
 
 __all__ = ["PADDING_SHOWN", "PROMPT_TAIL_SHOWN", "RULES", "GRPOMaskGuard"]
+
+
+def _message_head(kind: str, global_report: M.MaskReport, output: Mapping[str, Any]) -> tuple[list[str], str]:
+    """A mask message's first line (the rule, how many rows of the batch break it, the other rules broken) and its
+    fix (with the tool-mask hint when the batch has one)."""
+    what, fix = RULES[kind]
+    if kind == M.POST_EOS and output.get("tool_mask") is not None:
+        fix += " With tools, tool_mask must be 0 from the token right after the model's EOS to the next turn."
+    lines = [f"{kind}: {global_report.counts[kind]} of {global_report.num_rows} rows {what}."]
+    others = [k for k in global_report.kinds if k != kind]
+    if others:
+        lines[0] += " Also: " + ", ".join(f"{k} ({global_report.counts[k]})" for k in others) + "."
+    return lines, fix
