@@ -693,10 +693,9 @@ def scan(
     close_count = n_events - open_count
 
     # ---- the block state machine; the common shapes of a quick markup without the general walk: no tag, one
-    # block, a prompt-opened block closed, an unclosed block, a stray close
-    # The common shapes of a quick markup leave the answer and thinking as spans (``pieces``: text, thinking span,
-    # answer span, text before the block put before the answer), made into strings when first read; emptiness is
-    # one search for a non-space character (the whitespace str.strip removes).
+    # block, a prompt-opened block closed, an unclosed block, a stray close. These leave the answer and thinking as
+    # spans (``pieces``: text, thinking span, answer span, text before the block put before the answer), made into
+    # strings when first read; emptiness is one search for a non-space character (the whitespace str.strip removes).
     codes: set[str]
     pieces: tuple[str, int, int, int, int, str] | None = None
     answer = thinking = ""

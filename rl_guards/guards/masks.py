@@ -347,16 +347,6 @@ class GRPOMaskGuard(Guard):
         return f"…{prompt_text} ‖ {body}{more}"
 
 
-def _tensors() -> Any:
-    """The torch side of the check, imported on first use (this module stays importable without torch)."""
-    from rl_guards.tensors import grpo_masks
-
-    return grpo_masks
-
-
-__all__ = ["PADDING_SHOWN", "PROMPT_TAIL_SHOWN", "RULES", "GRPOMaskGuard"]
-
-
 def _message_head(kind: str, global_report: M.MaskReport, output: Mapping[str, Any]) -> tuple[list[str], str]:
     """A mask message's first line (the rule, how many rows of the batch break it, the other rules broken) and its
     fix (with the tool-mask hint when the batch has one)."""
@@ -368,3 +358,13 @@ def _message_head(kind: str, global_report: M.MaskReport, output: Mapping[str, A
     if others:
         lines[0] += " Also: " + ", ".join(f"{k} ({global_report.counts[k]})" for k in others) + "."
     return lines, fix
+
+
+def _tensors() -> Any:
+    """The torch side of the check, imported on first use (this module stays importable without torch)."""
+    from rl_guards.tensors import grpo_masks
+
+    return grpo_masks
+
+
+__all__ = ["PADDING_SHOWN", "PROMPT_TAIL_SHOWN", "RULES", "GRPOMaskGuard"]

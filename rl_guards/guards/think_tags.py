@@ -152,10 +152,11 @@ class ThinkTagsGuard(Guard):
         names, index = batch.task_index
         present = int(np.bitwise_or.reduce(codes))  # only the codes some row has need a pass
         code_rows = {code: (codes >> bit) & 1 for bit, code in enumerate(ALL_CODES) if (present >> bit) & 1}
+        counts = {code: int(code_rows[code].sum()) if code in code_rows else 0 for code in ALL_CODES}
         rate = float(wrong.sum()) / n
         report.metric("anomalous_rate", rate)
         for code in ALL_CODES:
-            report.metric(f"rate/{code}", float(code_rows[code].sum()) / n if code in code_rows else 0.0)
+            report.metric(f"rate/{code}", counts[code] / n)
         thinking_rows = int(thinking.sum())
         report.metric("thinking_share", thinking_rows / n)
         if thinking_rows:
@@ -176,7 +177,6 @@ class ThinkTagsGuard(Guard):
 
         if rate > self.config.max_anomaly_rate:
             wrong_rows = np.flatnonzero(wrong).tolist()
-            counts = {code: int(code_rows[code].sum()) if code in code_rows else 0 for code in ALL_CODES}
             shown = wrong_rows[:2]
             report.violation(
                 "anomaly_rate",
