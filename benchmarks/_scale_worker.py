@@ -5,12 +5,13 @@ three tasks, some truncated; bench_overhead's builders), the rewards of every ra
 the hook sees them; gathered here once, untimed), and a real :class:`~rl_guards.trl.hook.GuardRun` with every guard
 installed on a stand-in trainer holding what the hook reads. Each timed batch goes through the trainer's wrapped
 methods as TRL calls them: ``trainer._calculate_rewards(...)`` then ``trainer._generate_and_score_completions(inputs)``
-(the stand-in's originals return the prepared rewards and tensors), on non-dump batches. The time is split into
-parts: this rank's own work before the gather (``Engine.check_tensors``, ``trl.rollout_rows.local_rows``, the shell
-and the guards' scans in ``Assembly.assemble``), the gather of numbers, the rest of ``Assembly.assemble`` (the
-per-row numbers of every rank's rows), and the decisions (``Engine.process`` after ``assemble``: the guards, the
-agreement, settle, metrics). Prints one JSON line per rank. Usage:
-``python _scale_worker.py ROWS TOKENS REPEATS [--device cuda]``.
+(the stand-in's originals return the prepared rewards and tensors), on non-dump batches, then a stand-in training
+step (a sleep of ``--step-ms``) and the engine's wait at the step's end (``Engine.join``). The training thread's time
+is the two wraps plus that wait. With several ranks and ``engine.background`` on (the default) the batch is decided
+on the engine's thread during the step; ``--inline`` decides it in the hook. Timed parts: the deciding
+(``Engine._decide``: the gather of numbers, the guards over every row, the agreement; on whichever thread ran it)
+and in it the gather. Prints one JSON line per rank. Usage:
+``python _scale_worker.py ROWS TOKENS REPEATS [--device cuda] [--inline] [--step-ms N]``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -71,7 +73,7 @@ class HookBench:
 
     def __init__(
         self, tmp: str, rows: int, tokens: int, *, world: int = 1, rank: int = 0, device: Any = "cpu",
-        rewards_of: Any = None, step: int = 10,
+        rewards_of: Any = None, step: int = 10, background: bool = True,
     ) -> None:  # fmt: skip
         from bench_overhead import (
             guards_config,
@@ -94,6 +96,7 @@ class HookBench:
         self.rewards = rewards_of(local_rewards) if rewards_of is not None else local_rewards
         config = guards_config(tmp)
         config.rollouts.every_steps = 10**9  # the non-dump path unless a dump is asked for (see dump_next)
+        config.engine.background = background
         ctx = run_context(tokenizer, tmp)
         self.trainer = SimpleNamespace(
             args=SimpleNamespace(
@@ -123,18 +126,26 @@ class HookBench:
         self.recorder._next_due = 10**9  # no dump on the timed batches
         self.device = device
 
-    def batch(self) -> float:
-        """One generation batch through the wrapped trainer methods; wall ms (device synchronised)."""
+    def batch(self, step_ms: float = 0.0) -> float:
+        """One generation batch through the wrapped trainer methods, a stand-in training step of ``step_ms`` (a
+        sleep: the GIL is free, as while a GPU step runs) and the engine's wait at the step's end; the training
+        thread's wall ms (device synchronised), the sleep left out. Parts in ``self.last``."""
         trainer = self.trainer
         start = time.perf_counter()
         trainer._calculate_rewards(self.inputs, self.prompts, self.completions, self.ids)
         trainer._generate_and_score_completions(self.inputs)
         if self.device.type == "cuda":
             torch.cuda.synchronize()
-        ms = (time.perf_counter() - start) * 1000
+        hook = (time.perf_counter() - start) * 1000
+        if step_ms:
+            time.sleep(step_ms / 1000)
+        start = time.perf_counter()
+        self.run.engine.join()
+        join = (time.perf_counter() - start) * 1000
+        self.last = {"hook": hook, "join": join}
         self.run.session.pop_metrics()
         trainer._metrics["train"].clear()
-        return ms
+        return hook + join
 
     def dump_next(self) -> None:
         """Make the next batch a dump batch, at a step of its own."""
@@ -155,9 +166,27 @@ class HookBench:
         setattr(obj, name, wrapper)
 
 
+def timed_deciding(engine: Any, parts: dict[str, list[float]]) -> None:
+    """Time ``Engine._decide`` into ``parts["decide"]`` and say which thread ran it (``parts["inline"]``: 1.0 on
+    the training thread)."""
+    fn = engine._decide
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            parts["decide"].append((time.perf_counter() - start) * 1000)
+            parts["inline"].append(float(threading.current_thread() is threading.main_thread()))
+
+    engine._decide = wrapper
+
+
 def main() -> None:
     rows, tokens, repeats = (int(a) for a in sys.argv[1:4])
     device = torch.device(sys.argv[sys.argv.index("--device") + 1]) if "--device" in sys.argv else torch.device("cpu")
+    step_ms = float(sys.argv[sys.argv.index("--step-ms") + 1]) if "--step-ms" in sys.argv else 0.0
+    background = "--inline" not in sys.argv
     torch.set_num_threads(1)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -172,21 +201,27 @@ def main() -> None:
         return torch.cat(parts)
 
     with tempfile.TemporaryDirectory() as tmp:
-        bench = HookBench(tmp, rows, tokens, world=world, rank=rank, device=device, rewards_of=every_rank)
+        bench = HookBench(
+            tmp, rows, tokens, world=world, rank=rank, device=device, rewards_of=every_rank, background=background
+        )
         engine = bench.run.engine
         parts: dict[str, list[float]] = defaultdict(list)
-        bench.timed(engine, "process", parts, "process")
-        bench.timed(engine.assembly, "assemble", parts, "assemble")
+        timed_deciding(engine, parts)
         bench.timed(engine.ranks, "gather_rows", parts, "gather")
         totals: list[float] = []
+        hooks: list[float] = []
+        joins: list[float] = []
         for _ in range(repeats + 1):  # the first call warms caches (the vocabulary's markup ids): not counted
             if world > 1:
                 torch.distributed.barrier()
-            totals.append(bench.batch())
-        totals = totals[1:]
-        process, assemble, gather = (parts[k][1:] for k in ("process", "assemble", "gather"))
+            totals.append(bench.batch(step_ms))
+            hooks.append(bench.last["hook"])
+            joins.append(bench.last["join"])
+        totals, hooks, joins = totals[1:], hooks[1:], joins[1:]
+        decide, inline, gather = (parts[k][1:] for k in ("decide", "inline", "gather"))
         features = len(engine.assembly.feature_names)
         findings = [f"{r['guard']}/{r['kind']}" for r in bench.run.session.summary_rows()]
+        on_thread = engine.background
     calibration = calibrate(world, features, device) if world > 1 else {}
     result = {
         **calibration,
@@ -195,15 +230,19 @@ def main() -> None:
         "rows": rows,
         "tokens": tokens,
         "features": features,
+        "background": on_thread,
+        "step_ms": step_ms,
         "total_ms_median": statistics.median(totals),
         "total_ms_best": min(totals),
+        "hook_ms_median": statistics.median(hooks),
+        "join_ms_median": statistics.median(joins),
         "gather_ms_median": statistics.median(gather),
-        # before process, plus assemble up to the gather: check_tensors, local_rows, the shell, the scans (an
-        # estimate of the part after the gather is not separable here; it is in the simulated figures)
-        "local_ms_median": statistics.median(
-            t - p + a - g for t, p, a, g in zip(totals, process, assemble, gather, strict=True)
-        ),
-        "decide_ms_median": statistics.median(p - a for p, a in zip(process, assemble, strict=True)),
+        # the deciding, wherever it ran (the engine's thread, or the hook when inline)
+        "decide_all_ms_median": statistics.median(decide),
+        # this rank's own rows, always on the training thread: the hook without any deciding in it (check_tensors,
+        # local_rows, Assembly.prepare: the shell, the guards' scans, the device columns)
+        "local_ms_median": statistics.median(h - d * i for h, d, i in zip(hooks, decide, inline, strict=True)),
+        "decide_ms_median": statistics.median(d - g for d, g in zip(decide, gather, strict=True)),
         "findings": findings,
     }
     print("SCALE " + json.dumps(result), flush=True)

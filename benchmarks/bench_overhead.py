@@ -384,9 +384,8 @@ def guards_config(out_dir: str) -> GuardsConfig:
             "rollouts": {"every_steps": 1, "wandb_rows_per_task": 0, "output_dir": out_dir},
         }
     )
-    for name in cfg.to_dict():
-        if name != "metrics":  # not a guard
-            getattr(cfg, name).mode = "log"
+    for name in cfg.guard_sections():
+        getattr(cfg, name).mode = "log"
     return cfg
 
 

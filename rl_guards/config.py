@@ -357,6 +357,24 @@ class MetricsConfig(_Checked):
 
 
 @dataclass
+class EngineConfig(_Checked):
+    """How the guards run beside the trainer. ``background`` (with more than one rank): a generation batch's
+    gather, the guards' decisions and the ranks' agreement run on a background thread, on a process group of
+    rl_guards' own, while the step trains; the training thread only reads its rows and waits at the step's end. A
+    stop then lands at the end of the step that trained the batch (after its optimizer update, before its log and
+    checkpoint) rather than before its loss. ``background: false`` decides before the loss, on the training thread,
+    waiting for every rank. One process always decides before the loss: there is no rank to wait for."""
+
+    background: bool = True
+
+    def __post_init__(self) -> None:
+        self._ready_now()
+
+    def validate(self, prefix: str) -> None:
+        """Nothing to check beyond the field's type."""
+
+
+@dataclass
 class GuardsConfig:
     """All guards. ``GuardsConfig()`` turns every guard on with its default mode."""
 
@@ -376,6 +394,7 @@ class GuardsConfig:
     reward_errors: RewardErrorsConfig = field(default_factory=RewardErrorsConfig)
     drift: DriftConfig = field(default_factory=DriftConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -443,6 +462,13 @@ class GuardsConfig:
                 merged[key] = value
         config = cls.from_dict(merged)
         return config.with_overrides(list(sets)) if sets else config
+
+    @classmethod
+    def guard_sections(cls) -> list[str]:
+        """The sections that configure a guard (``enabled``, ``mode``); the others (``metrics``, ``engine``) set
+        how rl_guards runs."""
+        hints = _hints(cls)
+        return [f.name for f in dataclasses.fields(cls) if issubclass(hints[f.name], GuardConfig)]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable nested dict."""

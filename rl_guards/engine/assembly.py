@@ -76,6 +76,17 @@ class LocalRows:
         return len(self.tasks)
 
 
+@dataclass
+class Prepared:
+    """One rank's part of a batch before the gather (:meth:`Assembly.prepare`): what :meth:`Assembly.finish` takes."""
+
+    local: LocalRows
+    batch: RolloutBatch | None  # the shell holding this rank's rows; None when they could not be built
+    values: np.ndarray  # [held rows, host features]
+    device_columns: list[Any]  # [held rows] tensors on the batch's device (None: zeros)
+    error: str | None  # why this rank's rows could not be built
+
+
 class Assembly:
     """Builds each batch from the local rows with one gather; moves rows' text when asked (collective)."""
 
@@ -111,6 +122,11 @@ class Assembly:
     # ----- one batch ---------------------------------------------------------------------------------------
     def assemble(self, local: LocalRows, device: Any = None) -> RolloutBatch | None:
         """The batch every guard sees, or None on every rank alike when some rank could not build its rows."""
+        return self.finish(self.prepare(local, device), device)
+
+    def prepare(self, local: LocalRows, device: Any = None) -> Prepared:
+        """This rank's part, before any collective: the shell, the guards' scans of the held rows (reward probes
+        call the run's reward functions here) and the device columns. Runs on the training thread."""
         rewards = np.asarray(local.rewards, dtype=np.float64)
         if rewards.ndim != 2:
             rewards = rewards.reshape(len(rewards), -1)
@@ -130,7 +146,12 @@ class Assembly:
             except Exception as exc:  # the engine's own bug or a bad row: never fatal, never a hang
                 error = f"{type(exc).__name__}: {exc}"
                 values = np.zeros((n_local, len(self.host_names)), dtype=np.float64)
-        gathered = self.ranks.gather_rows(values, self._device_columns(n_local, device), device)
+        return Prepared(local, batch, values, self._device_columns(n_local, device), error)
+
+    def finish(self, prepared: Prepared, device: Any = None) -> RolloutBatch | None:
+        """The gather of every rank's numbers and the batch built from them (collective; any thread)."""
+        local, batch, error = prepared.local, prepared.batch, prepared.error
+        gathered = self.ranks.gather_rows(prepared.values, prepared.device_columns, device)
         ok = gathered[:, 0] == 1
         if error is not None or batch is None or not bool(ok.all()):
             self.session.record(

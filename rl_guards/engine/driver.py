@@ -15,12 +15,20 @@ when it has them) and tells it the trainer's events. Per generation batch, on ev
 A stop raises the guard's :class:`~rl_guards.errors.GuardError` from :meth:`Engine.process` (or the event) on every
 rank. Metrics go to ``metrics_sink(mode, {key: [values]})``; on a stop ``log_now(step)`` lets the driver log the
 failing batch's metrics at once (the trainer will not).
+
+With several ranks (and ``engine.background``), :meth:`Engine.submit` hands a train batch from the rows on to a
+background thread, whose collectives run on a process group of the engine's own, so that waiting for the other ranks
+and deciding over every rank's rows overlap the step's training; the next call into the engine (the step's end, at
+the latest) waits for it, hands its metrics to the sink and raises its stop. Only one batch is ever in flight, and
+nothing else in the engine runs while it is.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,7 +39,7 @@ from rl_guards.core.metric_set import MetricFilter
 from rl_guards.core.run_summary import task_summary_text
 from rl_guards.core.task_labels import TaskLabels, task_hash
 from rl_guards.engine.agreement import Agreement
-from rl_guards.engine.assembly import Assembly, LocalRows
+from rl_guards.engine.assembly import Assembly, LocalRows, Prepared
 from rl_guards.engine.findings_file import FindingsFile
 from rl_guards.engine.ranks import Ranks
 from rl_guards.engine.start_checks import run_begin
@@ -40,6 +48,16 @@ from rl_guards.guards.base import Finding, Guard, RunContext, overrides, run_hoo
 from rl_guards.guards.session import GuardSession
 
 logger = logging.getLogger("rl_guards")
+
+
+class _InFlight:
+    """A batch being decided on the background thread: what :meth:`Engine.join` hands on."""
+
+    def __init__(self, step: int, mode: str) -> None:
+        self.step = step
+        self.mode = mode
+        self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
 
 
 class Engine:
@@ -81,6 +99,12 @@ class Engine:
         if self.findings_file is not None:
             self.agreement.on_stop.append(self.findings_file.stop)
         self._tensor_guards = [g for g in self.guards if overrides(g, "check_tensors")]
+        # A background thread decides train batches when there are ranks to wait for; its collectives (and from
+        # then on all of the engine's) run on a group of their own, never interleaved with the trainer's.
+        self.background = bool(config.engine.background) and self.ranks.several
+        if self.background:
+            self.ranks.own_group()
+        self._in_flight: _InFlight | None = None
 
     def setup(self) -> None:
         """Hand every guard the (complete) run context."""
@@ -91,7 +115,43 @@ class Engine:
     # ----- per batch -----------------------------------------------------------------------------------------
     def check_tensors(self, step: int, tensors: Any) -> None:
         """The trainer's loss tensors of this rank's rows, before the batch is assembled (every rank)."""
+        self.join()
         self._run("check_tensors", step, tensors, guards=self._tensor_guards)
+
+    def submit(self, local: LocalRows, device: Any = None) -> None:
+        """One generation batch, as :meth:`process` takes it: decided on the background thread when the engine has
+        one (train batches), its outcome raised by the next call into the engine; else processed now."""
+        self.join()
+        if not self.background or local.mode != "train":
+            self.process(local, device)
+            return
+        prepared = self.assembly.prepare(local, device)  # this rank's rows: the run's reward functions, if any, here
+        in_flight = _InFlight(local.step, local.mode)
+        setup = self.ranks.thread_setup()
+
+        def decide() -> None:
+            time.sleep(0)  # hands the GIL back at once: the hook returns without waiting out a switch interval
+            try:
+                setup()
+                self._decide(prepared, device)
+            except BaseException as exc:  # handed to the training thread by join()
+                in_flight.error = exc
+
+        in_flight.thread = threading.Thread(target=decide, name="rl_guards-batch", daemon=True)
+        self._in_flight = in_flight
+        in_flight.thread.start()
+
+    def join(self) -> None:
+        """Wait for the batch on the background thread (if any): its metrics to the sink, its stop raised."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is None or in_flight.thread is None:
+            return
+        in_flight.thread.join()
+        self.flush_metrics(in_flight.mode)
+        if in_flight.error is not None:
+            if isinstance(in_flight.error, GuardError):
+                self.log_now(in_flight.step)
+            raise in_flight.error
 
     def process(self, local: LocalRows, device: Any = None) -> RolloutBatch | None:
         """One generation batch, on every rank: assemble, decide, agree; raises the agreed stop on every rank.
@@ -100,14 +160,25 @@ class Engine:
         exchange (only when a task name is new), the decision all_reduce, and only when a message or a dump needs
         it, the text of the rows concerned.
         """
-        step = local.step
-        batch = self.assembly.assemble(local, device)
+        self.join()
+        try:
+            batch = self._decide(self.assembly.prepare(local, device), device)
+        except GuardError:
+            self.flush_metrics(local.mode)
+            self.log_now(local.step)
+            raise
+        self.flush_metrics(local.mode)
+        return batch
+
+    def _decide(self, prepared: Prepared, device: Any) -> RolloutBatch | None:
+        """:meth:`process` from this rank's prepared rows on, without handing on metrics: the part the background
+        thread runs (collectives, the guards' decisions over every rank's rows, agreement, text for messages)."""
+        step = prepared.local.step
+        batch = self.assembly.finish(prepared, device)
         if batch is None:  # some rank could not build its rows: skipped on every rank, no hang
             held = self._take_held_stop()
             stop, _ = self.agreement.decide(held, step, need_text=False)
-            self.flush_metrics(local.mode)
             if stop is not None:
-                self.log_now(step)
                 raise self.agreement.share(held, stop)
             return None
         self.batches_seen += 1
@@ -131,15 +202,13 @@ class Engine:
                         run_hook(guard, "on_stop", self.session, step, batch)
                     except GuardError:  # already stopping; a second stop adds nothing
                         pass
-        self.flush_metrics(local.mode)
-        if stop is not None:
-            self.log_now(step)
             raise stop
         return batch
 
     # ----- events --------------------------------------------------------------------------------------------
     def begin(self, step: int) -> None:
         """Training starts (or resumes) at ``step``: the start-of-training checks, agreed on by every rank."""
+        self.join()
         if self.findings_file is not None:
             self.findings_file.begin(step)
         stop = self.agreement.settled(run_begin(self.guards, self.session, step) or self._take_held_stop(), step)
@@ -151,6 +220,7 @@ class Engine:
 
     def step_end(self, step: int, *, final: bool, checkpoint_dir: str | None = None) -> None:
         """After an optimizer step, before the trainer logs it; ``checkpoint_dir``: a checkpoint is saved next."""
+        self.join()  # the step's batch, decided while it trained
         if final:
             self._dispatch("on_step_end", step, final)  # no batch follows: agree now
         else:
@@ -166,16 +236,19 @@ class Engine:
 
     def saved(self, step: int, checkpoint_dir: str) -> None:
         """The trainer saved ``checkpoint_dir``."""
+        self.join()
         self._dispatch("on_save", step, checkpoint_dir)
 
     def end(self, step: int) -> None:
         """Training ended (once)."""
+        self.join()
         self._dispatch("on_train_end", step)
         if self.findings_file is not None:
             self.findings_file.snapshot()
 
     def flush(self, step: int | None = None) -> None:
         """Wait for the guards' background work (dumps being written) and report it."""
+        self.join()
         self._run("flush", step if step is not None else 0)
 
     # ----- plumbing ------------------------------------------------------------------------------------------

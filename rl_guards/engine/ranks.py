@@ -13,12 +13,14 @@ from typing import Any
 
 @dataclass
 class Ranks:
-    """This process in the run; ``device`` gives the device collectives run on (the trainer's, or None: CPU)."""
+    """This process in the run; ``device`` gives the device collectives run on (the trainer's, or None: CPU);
+    ``group``: the process group they run on (None: the default one; the engine's own CPU group when it has one)."""
 
     world_size: int = 1
     process_index: int = 0
     is_main_process: bool = True
     device: Callable[[], Any] = lambda: None
+    group: Any = None
 
     @property
     def several(self) -> bool:
@@ -34,21 +36,21 @@ class Ranks:
             return [int(v) for v in values]
         from rl_guards.tensors import collectives
 
-        return collectives.all_reduce_ints(values, op=op, device=self.device())
+        return collectives.all_reduce_ints(values, op=op, device=self.device(), group=self.group)
 
     def all_gather_objects(self, obj: Any) -> list[Any]:
         if not self.several:
             return [obj]
         from rl_guards.tensors import collectives
 
-        return collectives.all_gather_objects(obj)
+        return collectives.all_gather_objects(obj, group=self.group)
 
     def gather_objects_to_main(self, obj: Any) -> list[Any] | None:
         if not self.several:
             return [obj]
         from rl_guards.tensors import collectives
 
-        return collectives.gather_objects_to_main(obj)
+        return collectives.gather_objects_to_main(obj, group=self.group)
 
     def gather_rows(self, host: Any, device_columns: Sequence[Any], device: Any = None) -> Any:
         """``[rows, k]`` numbers of every rank (rank order) on the host; see ``gather_feature_rows``."""
@@ -56,7 +58,23 @@ class Ranks:
             return host
         from rl_guards.tensors import collectives
 
-        return collectives.gather_feature_rows(host, device_columns, device if device is not None else self.device())
+        device = device if device is not None else self.device()
+        return collectives.gather_feature_rows(host, device_columns, device, group=self.group)
+
+    def own_group(self) -> None:
+        """Run this process's collectives on a group of rl_guards' own (collective: every rank calls it at once)."""
+        if self.several and self.group is None:
+            from rl_guards.tensors import collectives
+
+            self.group = collectives.own_group()
+
+    def thread_setup(self) -> Callable[[], None]:
+        """What a background thread calls first to work as this thread does (its device, no autograd)."""
+        if not self.several:
+            return lambda: None
+        from rl_guards.tensors import collectives
+
+        return collectives.thread_setup()
 
     def all_gather_float_rows(self, rows: list[list[float]]) -> list[list[float]]:
         """Every rank's numeric rows (rank order); this rank's alone without a process group."""

@@ -176,6 +176,7 @@ class GuardRun(TrainerCallback):
         original_generate = trainer._generate_and_score_completions
 
         def _calculate_rewards(inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> Any:
+            self.engine.join()  # a batch still in flight is decided before the reward functions run again
             rewards = original_rewards(inputs, prompts, completions, completion_ids_list)
             self._pending_rewards = (inputs, prompts, completions, completion_ids_list, rewards)
             return rewards
@@ -214,7 +215,7 @@ class GuardRun(TrainerCallback):
             rows = self._local_rows(output, pending)
         except Exception as exc:  # still joins the gather: every rank skips the batch, none hangs
             rows = LocalRows.failed(step, self._mode(), len(pending[0]), pending[4], f"{type(exc).__name__}: {exc}")
-        self.engine.process(rows, self._device())
+        self.engine.submit(rows, self._device())
 
     def _local_rows(self, output: dict[str, Any], pending: tuple[Any, ...]) -> LocalRows:
         """This rank's rows, as the engine takes them."""

@@ -93,7 +93,7 @@ TEXT = ("completions", "completion_ids", "prompt_ids")
 
 def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """One full batch from each rank's record: the numbers (equal on every rank) and each rank's held rows."""
-    merged = {k: v for k, v in parts[0].items() if k not in ("held", "features")}
+    merged = {k: v for k, v in parts[0].items() if k not in ("held", "features", "thread")}
     for part in parts:
         start, stop = part["held"]
         for name in TEXT:
@@ -118,15 +118,19 @@ def _replay(batches: list[dict[str, Any]]) -> list[dict[str, float]]:
 
 
 @pytest.mark.slow
-def test_two_processes_agree_with_one_process_replay(tiny: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("background", [True, False], ids=["background", "inline"])
+def test_two_processes_agree_with_one_process_replay(tiny: Any, tmp_path: Path, background: bool) -> None:
     cache = os.environ["RL_GUARDS_CACHE"]
     out = tmp_path / "ddp"
     out.mkdir()
-    proc = _launch(out, nproc=2, per_device_batch=6, cache=cache)
+    config = {**GUARDS_CONFIG, "engine": {"background": background}}
+    proc = _launch(out, nproc=2, per_device_batch=6, cache=cache, guards_config=config)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     rank0, rank1 = _batches(out / "batches_rank0.jsonl"), _batches(out / "batches_rank1.jsonl")
     assert len(rank0) == len(rank1) == 3
+    # where the batches were decided: the engine's thread while the step trained, or the training thread
+    assert {b["thread"] for b in rank0 + rank1} == {"rl_guards-batch" if background else "MainThread"}
     for a, b in zip(rank0, rank1, strict=True):
         assert {k: a[k] for k in NUMBERS} == {k: b[k] for k in NUMBERS}, "ranks hold different numbers"
         assert a["held"] == [0, 6] and b["held"] == [6, 12]  # each rank scanned only its own rows

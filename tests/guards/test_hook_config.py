@@ -19,9 +19,13 @@ def test_defaults_every_guard_has_enabled_and_mode() -> None:
         if name == "metrics":  # not a guard: how much every guard logs
             assert sub == {"level": "default"}
             continue
+        if name == "engine":  # not a guard: how the guards run beside the trainer
+            assert sub == {"background": True}
+            continue
         assert sub["enabled"] is True, name
         assert sub["mode"] in ("raise", "warn", "log"), name
     json.dumps(data)  # JSON-serialisable
+    assert set(data) - set(cfg.guard_sections()) == {"metrics", "engine"}
 
 
 def test_dict_and_yaml_round_trip(tmp_path: Path) -> None:

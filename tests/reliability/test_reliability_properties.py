@@ -186,9 +186,8 @@ def test_no_guard_crashes_on_arbitrary_batches(
     masks = data.draw(st.sampled_from(["consistent", "arbitrary"]))
     with tempfile.TemporaryDirectory() as out:
         config = GuardsConfig.from_dict({"rollouts": {"every_steps": 1, "wandb_rows_per_task": 0}})
-        for section in config.to_dict():
-            if section != "metrics":  # not a guard: it has no mode
-                getattr(config, section).mode = mode
+        for section in config.guard_sections():
+            getattr(config, section).mode = mode
         if data.draw(st.booleans()):
             config.routing.routes = {"arith": ["arith_correct"], "echo": [REWARD_NAMES[-1]]}
         ctx = make_context(tokenizer, ids_info, out, batch)

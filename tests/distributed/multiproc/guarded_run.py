@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from dataclasses import asdict
 from typing import ClassVar
 
@@ -44,6 +45,7 @@ def main(out_dir: str) -> None:
             row = {k: v for k, v in asdict(batch).items() if k not in skip}
             held = batch.held_rows
             row["held"] = [held.start, held.stop]
+            row["thread"] = threading.current_thread().name
             with open(os.path.join(out_dir, f"batches_rank{rank}.jsonl"), "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(row) + "\n")
 
