@@ -11,7 +11,8 @@ is the two wraps plus that wait. With several ranks and ``engine.background`` on
 on the engine's thread during the step; ``--inline`` decides it in the hook. Timed parts: the deciding
 (``Engine._decide``: the gather of numbers, the guards over every row, the agreement; on whichever thread ran it)
 and in it the gather. Prints one JSON line per rank. Usage:
-``python _scale_worker.py ROWS TOKENS REPEATS [--device cuda] [--inline] [--step-ms N]``.
+``python _scale_worker.py ROWS TOKENS REPEATS [--device cuda] [--inline] [--step-ms N] [--sync-debug]``
+(``--sync-debug``, on CUDA: the synchronisations each thread made, per batch).
 """
 
 from __future__ import annotations
@@ -126,6 +127,24 @@ class HookBench:
         self.recorder._next_due = 10**9  # no dump on the timed batches
         self.device = device
 
+    def count_syncs(self) -> None:
+        """From now on, count the CUDA synchronisations per thread (``set_sync_debug_mode("warn")`` warns once per
+        synchronising op) in ``self.syncs``: the training thread's and the engine thread's apart."""
+        import warnings
+
+        self.syncs: dict[str, int] = defaultdict(int)
+        shown = warnings.showwarning
+
+        def show(message: Any, category: Any, *args: Any, **kwargs: Any) -> None:
+            if "synchroniz" in str(message):
+                self.syncs[threading.current_thread().name] += 1
+            else:
+                shown(message, category, *args, **kwargs)
+
+        warnings.simplefilter("always")
+        warnings.showwarning = show
+        torch.cuda.set_sync_debug_mode("warn")
+
     def batch(self, step_ms: float = 0.0) -> float:
         """One generation batch through the wrapped trainer methods, a stand-in training step of ``step_ms`` (a
         sleep: the GIL is free, as while a GPU step runs) and the engine's wait at the step's end; the training
@@ -191,14 +210,20 @@ def main() -> None:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     if world > 1:
-        torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        # NCCL needs a GPU per rank; with fewer GPUs than ranks the ranks share them over gloo (CUDA tensors)
+        gpus = torch.cuda.device_count() if device.type == "cuda" else 0
+        if gpus:
+            device = torch.device("cuda", rank % gpus)
+            torch.cuda.set_device(device)
+        torch.distributed.init_process_group("nccl" if gpus >= world else "gloo")
 
     def every_rank(local_rewards: torch.Tensor) -> torch.Tensor:
         if world == 1:  # every rank's rewards, as TRL's _calculate_rewards returns them (untimed set-up)
             return local_rewards
-        parts = [torch.empty_like(local_rewards) for _ in range(world)]
-        torch.distributed.all_gather(parts, local_rewards)
-        return torch.cat(parts)
+        host = local_rewards.cpu() if torch.distributed.get_backend() == "gloo" else local_rewards
+        parts = [torch.empty_like(host) for _ in range(world)]
+        torch.distributed.all_gather(parts, host)
+        return torch.cat(parts).to(local_rewards.device)
 
     with tempfile.TemporaryDirectory() as tmp:
         bench = HookBench(
@@ -208,6 +233,10 @@ def main() -> None:
         parts: dict[str, list[float]] = defaultdict(list)
         timed_deciding(engine, parts)
         bench.timed(engine.ranks, "gather_rows", parts, "gather")
+        if "--sync-debug" in sys.argv and device.type == "cuda":
+            bench.batch()  # warm (first-call caches), not counted
+            parts.clear()
+            bench.count_syncs()
         totals: list[float] = []
         hooks: list[float] = []
         joins: list[float] = []
@@ -222,6 +251,8 @@ def main() -> None:
         features = len(engine.assembly.feature_names)
         findings = [f"{r['guard']}/{r['kind']}" for r in bench.run.session.summary_rows()]
         on_thread = engine.background
+    if world > 1 and torch.distributed.get_backend() == "gloo":
+        device = torch.device("cpu")  # the calibration models gloo: host tensors
     calibration = calibrate(world, features, device) if world > 1 else {}
     result = {
         **calibration,
@@ -244,6 +275,8 @@ def main() -> None:
         "local_ms_median": statistics.median(h - d * i for h, d, i in zip(hooks, decide, inline, strict=True)),
         "decide_ms_median": statistics.median(d - g for d, g in zip(decide, gather, strict=True)),
         "findings": findings,
+        # CUDA syncs per timed batch, by thread (only with --sync-debug on CUDA)
+        "syncs_per_batch": {k: v / (repeats + 1) for k, v in getattr(bench, "syncs", {}).items()},
     }
     print("SCALE " + json.dumps(result), flush=True)
     if world > 1:

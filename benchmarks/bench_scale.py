@@ -29,8 +29,9 @@ Prints one line per figure (then the details):
   own time per guarded step over the median unguarded step. Target: <= 1 %.
 
 Run: ``.venv/bin/python benchmarks/bench_scale.py [--quick] [--device cuda]`` (~1-2 minutes on 2 CPU cores).
-``--device cuda`` puts the batch tensors on the GPU and runs the hook under ``torch.cuda.set_sync_debug_mode("warn")``
-(not run here: no GPU on this machine). Timings on a shared machine are noisy (about +-30 %).
+``--device cuda`` puts the measured ranks' batch tensors on the GPU (ranks share a GPU over gloo when there are fewer
+GPUs than ranks); ``_scale_worker.py ... --device cuda --sync-debug`` counts each thread's CUDA synchronisations
+(``torch.cuda.set_sync_debug_mode("warn")``). Timings on a shared machine are noisy (about +-30 %).
 """
 
 from __future__ import annotations
