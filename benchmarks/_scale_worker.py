@@ -186,16 +186,18 @@ class HookBench:
 
 
 def timed_deciding(engine: Any, parts: dict[str, list[float]]) -> None:
-    """Time ``Engine._decide`` into ``parts["decide"]`` and say which thread ran it (``parts["inline"]``: 1.0 on
-    the training thread)."""
+    """Time ``Engine._decide`` into ``parts["decide"]`` (wall) and ``parts["decide_cpu"]`` (the deciding thread's CPU
+    time: what it can take from the training thread under the GIL), and say which thread ran it
+    (``parts["inline"]``: 1.0 on the training thread)."""
     fn = engine._decide
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         try:
             return fn(*args, **kwargs)
         finally:
             parts["decide"].append((time.perf_counter() - start) * 1000)
+            parts["decide_cpu"].append((time.thread_time() - cpu) * 1000)  # this thread's CPU (the GIL it held)
             parts["inline"].append(float(threading.current_thread() is threading.main_thread()))
 
     engine._decide = wrapper
@@ -270,6 +272,7 @@ def main() -> None:
         "gather_ms_median": statistics.median(gather),
         # the deciding, wherever it ran (the engine's thread, or the hook when inline)
         "decide_all_ms_median": statistics.median(decide),
+        "decide_cpu_ms_median": statistics.median(parts["decide_cpu"][1:]),
         # this rank's own rows, always on the training thread: the hook without any deciding in it (check_tensors,
         # local_rows, Assembly.prepare: the shell, the guards' scans, the device columns)
         "local_ms_median": statistics.median(h - d * i for h, d, i in zip(hooks, decide, inline, strict=True)),

@@ -116,8 +116,11 @@ class _GuardTimer:
                     continue
                 setattr(guard, hook, self._wrap(f"{guard.name}.{hook}", getattr(guard, hook)))
         # The batch build: this rank's rows (the adapter's local_rows, as the hook calls it) and the engine's
-        # assembly (the shell, the guards' scans, the gather of numbers); the guards' on_batch are timed above.
-        run.engine.assembly.assemble = self._wrap("engine.assemble", run.engine.assembly.assemble)
+        # assembly (prepare: the shell, the guards' scans; finish: the gather of numbers and the batch from them),
+        # as the engine calls them; the guards' on_batch are timed above.
+        assembly = run.engine.assembly
+        assembly.prepare = self._wrap("engine.assemble", assembly.prepare)
+        assembly.finish = self._wrap("engine.assemble", assembly.finish)
         _route_local_rows(self)
 
     def _wrap(self, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
