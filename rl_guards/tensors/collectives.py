@@ -38,8 +38,8 @@ def own_group() -> Any:
 
 
 def thread_setup() -> Any:
-    """What another thread calls first to work as this one would: this thread's CUDA device, autograd off (the
-    guards only read tensors; a reward function a probe calls builds no graph)."""
+    """What another thread calls first to work as this one would: this thread's CUDA device, and autograd off (the
+    guards only read tensors)."""
     index = torch.cuda.current_device() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
 
     def setup() -> None:
