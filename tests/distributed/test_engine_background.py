@@ -1,6 +1,7 @@
 """Two processes (gloo): the engine decides a train batch on its own thread, on a group of its own, while the
 training thread goes on (and runs collectives of its own on the default group); the outcome arrives at ``join``:
-metrics to the sink then, a stop raised on every rank together with the failing batch logged first."""
+metrics to the sink then, a stop raised on every rank together with the failing batch logged first. An eval batch
+is decided in the call."""
 
 from __future__ import annotations
 
@@ -52,9 +53,9 @@ WORKER = textwrap.dedent(
             if long:
                 report.violation("too_long", lambda: f"rows {long} are longer than 10", GuardError, rows=long)
 
-    def rows(step, lengths):
+    def rows(step, lengths, mode="train"):
         return LocalRows(
-            step=step, mode="train", num_generations=2, reward_names=["r"], reward_weights=[1.0],
+            step=step, mode=mode, num_generations=2, reward_names=["r"], reward_weights=[1.0],
             rewards=np.zeros((4, 1)), advantages=[0.0, 0.0], tasks=["a", "a"],
             completions=["x" * k for k in lengths], completion_ids=[list(range(1, k + 1)) for k in lengths],
             prompt_ids=[[100, 101]] * 2, truncated=[False] * 2, thinking=[None] * 2, prompt_opened=[False] * 2,
@@ -78,6 +79,10 @@ WORKER = textwrap.dedent(
     out["grads"] = grads.tolist()
     engine.join()
     out["sunk_after_join"] = list(sunk)
+
+    engine.submit(rows(1, [3, 4], mode="eval"))  # an eval batch: decided in the call, its metrics out at once
+    out["eval_sunk"] = [mode for mode, _ in sunk[1:]]
+    del sunk[1:]
 
     engine.submit(rows(2, [3, 12] if rank == 1 else [3, 4]))  # a long row on rank 1 only
     try:
@@ -124,7 +129,8 @@ def test_a_batch_decided_in_the_background_stops_every_rank_at_the_join(tmp_path
         assert r["grads"] == [3.0, 3.0, 3.0]  # the default group's collective went through beside the engine's
         assert r["sunk_before_join"] == 0  # metrics wait for the join: they belong to the step's log
         assert r["sunk_after_join"] == [["train", ["rl_guards/long_rows/longest"]]]
-        assert r["threads"] == ["rl_guards-batch", "rl_guards-batch"]
+        assert r["eval_sunk"] == ["eval"]
+        assert r["threads"] == ["rl_guards-batch", "MainThread", "rl_guards-batch"]
         assert r["logged"] == [2]  # the failing batch's metrics logged at its own step before the stop
         assert r["sunk_at_stop"] == [["train", ["rl_guards/long_rows/longest", "rl_guards/long_rows/violations"]]]
         assert r["stop"] is not None and "rows [3] are longer than 10" in r["stop"], (rank, r["stop"])
