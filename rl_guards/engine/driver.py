@@ -103,7 +103,16 @@ class Engine:
         # then on all of the engine's) run on a group of their own, never interleaved with the trainer's.
         self.background = bool(config.engine.background) and self.ranks.several
         if self.background:
-            self.ranks.own_group()
+            try:
+                self.ranks.own_group()
+            except Exception as exc:  # no gloo here (or no new group): decide in the hook, as with one process
+                self.background = False
+                logger.warning(
+                    "rl_guards: could not make a process group of its own (%s: %s); batches are decided in the "
+                    "hook, waiting for every rank (engine.background: false).",
+                    type(exc).__name__,
+                    exc,
+                )
         self._in_flight: _InFlight | None = None
 
     def setup(self) -> None:

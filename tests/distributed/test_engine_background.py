@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,6 +63,13 @@ WORKER = textwrap.dedent(
             columns={},
         )
 
+    if os.environ.get("NO_OWN_GROUP"):  # a machine where rl_guards cannot make a group of its own
+        from rl_guards.tensors import collectives
+
+        def no_group():
+            raise RuntimeError("no gloo here")
+
+        collectives.own_group = no_group
     config = GuardsConfig.from_dict({"truncation": {"mode": "raise"}})
     guard = LongRows(config)
     ctx = RunContext(output_dir=sys.argv[1], world_size=2, process_index=rank, is_main_process=rank == 0)
@@ -84,8 +92,10 @@ WORKER = textwrap.dedent(
     out["eval_sunk"] = [mode for mode, _ in sunk[1:]]
     del sunk[1:]
 
-    engine.submit(rows(2, [3, 12] if rank == 1 else [3, 4]))  # a long row on rank 1 only
+    out["raised_at"] = "submit"
     try:
+        engine.submit(rows(2, [3, 12] if rank == 1 else [3, 4]))  # a long row on rank 1 only
+        out["raised_at"] = "step_end"
         engine.step_end(2, final=False)
         out["stop"] = None
     except GuardError as exc:
@@ -106,15 +116,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.slow
-def test_a_batch_decided_in_the_background_stops_every_rank_at_the_join(tmp_path: Path) -> None:
+def _two_ranks(tmp_path: Path, extra_env: dict[str, str] | None = None) -> dict[int, dict[str, Any]]:
+    """The worker on two ranks; each rank's result, and its output under ``"output"``."""
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     port = _free_port()
     procs = []
     for rank in (0, 1):
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-               "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}  # fmt: skip
+               "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1", **(extra_env or {})}  # fmt: skip
         procs.append(subprocess.Popen([sys.executable, str(script), str(tmp_path / f"out{rank}")], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))  # fmt: skip
     results = {}
@@ -123,7 +133,13 @@ def test_a_batch_decided_in_the_background_stops_every_rank_at_the_join(tmp_path
         assert proc.returncode == 0, stdout[-3000:]
         line = next(ln for ln in stdout.splitlines() if ln.startswith("RESULT "))
         result = json.loads(line[len("RESULT ") :])
-        results[result["rank"]] = result
+        results[result["rank"]] = {**result, "output": stdout}
+    return results
+
+
+@pytest.mark.slow
+def test_a_batch_decided_in_the_background_stops_every_rank_at_the_join(tmp_path: Path) -> None:
+    results = _two_ranks(tmp_path)
     for rank, r in results.items():
         assert r["background"] and r["own_group"], r
         assert r["grads"] == [3.0, 3.0, 3.0]  # the default group's collective went through beside the engine's
@@ -133,5 +149,19 @@ def test_a_batch_decided_in_the_background_stops_every_rank_at_the_join(tmp_path
         assert r["threads"] == ["rl_guards-batch", "MainThread", "rl_guards-batch"]
         assert r["logged"] == [2]  # the failing batch's metrics logged at its own step before the stop
         assert r["sunk_at_stop"] == [["train", ["rl_guards/long_rows/longest", "rl_guards/long_rows/violations"]]]
+        assert r["raised_at"] == "step_end"
         assert r["stop"] is not None and "rows [3] are longer than 10" in r["stop"], (rank, r["stop"])
     assert results[0]["stop"] == results[1]["stop"]  # every rank decides from every rank's numbers
+
+
+@pytest.mark.slow
+def test_without_a_group_of_its_own_the_engine_decides_in_the_call_and_says_so(tmp_path: Path) -> None:
+    results = _two_ranks(tmp_path, {"NO_OWN_GROUP": "1"})
+    for rank, r in results.items():
+        assert not r["background"] and not r["own_group"], r
+        assert "could not make a process group of its own (RuntimeError: no gloo here)" in r["output"]
+        assert r["sunk_before_join"] == 1  # decided in the call: its metrics are out at once
+        assert r["grads"] == [3.0, 3.0, 3.0]
+        assert r["threads"] == ["MainThread", "MainThread", "MainThread"]
+        assert r["raised_at"] == "submit" and r["logged"] == [2]
+        assert r["stop"] is not None and "rows [3] are longer than 10" in r["stop"], (rank, r["stop"])
