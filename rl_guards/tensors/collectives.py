@@ -7,6 +7,7 @@ branch that only some ranks take. Without ``torch.distributed`` (or with one pro
 
 from __future__ import annotations
 
+import atexit
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,7 +35,21 @@ def own_group() -> Any:
         timeout = default._get_backend(torch.device(kind)).options._timeout
     except Exception:
         timeout = None
-    return dist.new_group(backend="gloo", timeout=timeout)
+    group = dist.new_group(backend="gloo", timeout=timeout)
+    atexit.register(_release, group)
+    return group
+
+
+def _release(group: Any) -> None:
+    """Destroy rl_guards' group at exit while the interpreter is whole: a gloo group left to the interpreter's
+    teardown can abort the process after the run has finished ("terminate called without an active exception",
+    pytorch/pytorch#179291). A no-op when the run already destroyed its groups."""
+    dist = torch.distributed
+    try:
+        if dist.is_initialized():
+            dist.destroy_process_group(group)
+    except Exception:  # already destroyed, or the default group is gone: nothing left to release
+        pass
 
 
 def thread_setup() -> Any:

@@ -18,7 +18,7 @@ import pytest
 
 WORKER = textwrap.dedent(
     """
-    import json, os, sys, threading
+    import atexit, json, os, sys, threading
     from typing import ClassVar
     import numpy as np
     import torch
@@ -104,6 +104,9 @@ WORKER = textwrap.dedent(
     out["sunk_at_stop"] = sunk[1:]
     out["threads"] = guard.threads
     dist.barrier()
+    group = engine.ranks.group
+    atexit._run_exitfuncs()  # what the interpreter runs at exit, before its teardown
+    out["own_group_left"] = group is not None and group in dist.distributed_c10d._world.pg_map
     dist.destroy_process_group()
     print("RESULT " + json.dumps(out))
     """
@@ -142,6 +145,7 @@ def test_a_batch_decided_in_the_background_stops_every_rank_at_the_join(tmp_path
     results = _two_ranks(tmp_path)
     for rank, r in results.items():
         assert r["background"] and r["own_group"], r
+        assert not r["own_group_left"]  # destroyed at exit, before the interpreter's teardown
         assert r["grads"] == [3.0, 3.0, 3.0]  # the default group's collective went through beside the engine's
         assert r["sunk_before_join"] == 0  # metrics wait for the join: they belong to the step's log
         assert r["sunk_after_join"] == [["train", ["rl_guards/long_rows/longest"]]]
