@@ -5,16 +5,11 @@ is decided in the call."""
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
+from _two_ranks import run_two_ranks
 
 WORKER = textwrap.dedent(
     """
@@ -113,36 +108,9 @@ WORKER = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _two_ranks(tmp_path: Path, extra_env: dict[str, str] | None = None) -> dict[int, dict[str, Any]]:
-    """The worker on two ranks; each rank's result, and its output under ``"output"``."""
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    port = _free_port()
-    procs = []
-    for rank in (0, 1):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-               "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1", **(extra_env or {})}  # fmt: skip
-        procs.append(subprocess.Popen([sys.executable, str(script), str(tmp_path / f"out{rank}")], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))  # fmt: skip
-    results = {}
-    for proc in procs:
-        stdout, _ = proc.communicate(timeout=120)
-        assert proc.returncode == 0, stdout[-3000:]
-        line = next(ln for ln in stdout.splitlines() if ln.startswith("RESULT "))
-        result = json.loads(line[len("RESULT ") :])
-        results[result["rank"]] = {**result, "output": stdout}
-    return results
-
-
 @pytest.mark.slow
 def test_a_batch_decided_in_the_background_stops_every_rank_at_the_join(tmp_path: Path) -> None:
-    results = _two_ranks(tmp_path)
+    results = run_two_ranks(tmp_path, WORKER, [str(tmp_path / "out")])
     for rank, r in results.items():
         assert r["background"] and r["own_group"], r
         assert not r["own_group_left"]  # destroyed at exit, before the interpreter's teardown
@@ -160,7 +128,7 @@ def test_a_batch_decided_in_the_background_stops_every_rank_at_the_join(tmp_path
 
 @pytest.mark.slow
 def test_without_a_group_of_its_own_the_engine_decides_in_the_call_and_says_so(tmp_path: Path) -> None:
-    results = _two_ranks(tmp_path, {"NO_OWN_GROUP": "1"})
+    results = run_two_ranks(tmp_path, WORKER, [str(tmp_path / "out")], {"NO_OWN_GROUP": "1"})
     for rank, r in results.items():
         assert not r["background"] and not r["own_group"], r
         assert "could not make a process group of its own (RuntimeError: no gloo here)" in r["output"]

@@ -7,13 +7,13 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _two_ranks import free_port
 
 from rl_guards.config import GuardsConfig
 from rl_guards.core.batch import RolloutBatch
@@ -29,12 +29,6 @@ GUARDS_CONFIG = {
     "masking": {"mode": "raise"},
     "metrics": "full",  # every metric is compared with the one-process replay
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _launch(
@@ -65,7 +59,7 @@ def _launch(
             "torch.distributed.run",
             f"--nproc_per_node={nproc}",
             "--master_addr=127.0.0.1",
-            f"--master_port={_free_port()}",
+            f"--master_port={free_port()}",
             str(SCRIPT),
             str(out),
         ]

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from _two_ranks import run_two_ranks
 
 WORKER = textwrap.dedent(
     """
@@ -52,35 +48,9 @@ WORKER = textwrap.dedent(
 )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.slow
 def test_all_ranks_raise_together(tmp_path: Path) -> None:
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    port = str(free_port())
-    procs = []
-    for rank in range(2):
-        env = {
-            **os.environ,
-            "RANK": str(rank),
-            "WORLD_SIZE": "2",
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": port,
-            "OMP_NUM_THREADS": "1",
-        }
-        procs.append(subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True))
-    results = {}
-    for proc in procs:
-        stdout, _ = proc.communicate(timeout=120)
-        assert proc.returncode == 0, stdout
-        line = next(x for x in stdout.splitlines() if x.startswith("RESULT "))
-        result = json.loads(line[len("RESULT ") :])
-        results[result["rank"]] = result
+    results = run_two_ranks(tmp_path, WORKER)
     assert results[0]["raised"] and results[1]["raised"]
     assert results[0]["violating_rows"] == results[1]["violating_rows"] == [1.0]
     for r in (0, 1):
