@@ -51,13 +51,21 @@ logger = logging.getLogger("rl_guards")
 
 
 class _InFlight:
-    """A batch being decided on the background thread: what :meth:`Engine.join` hands on."""
+    """A batch being decided on a background thread of its own (started here): what :meth:`Engine.join` hands on."""
 
-    def __init__(self, step: int, mode: str) -> None:
+    def __init__(self, step: int, mode: str, work: Callable[[], Any]) -> None:
         self.step = step
         self.mode = mode
         self.error: BaseException | None = None
-        self.thread: threading.Thread | None = None
+        self.thread = threading.Thread(target=self._run, args=(work,), name="rl_guards-batch", daemon=True)
+        self.thread.start()
+
+    def _run(self, work: Callable[[], Any]) -> None:
+        time.sleep(0)  # hands the GIL back at once: the hook returns without waiting out a switch interval
+        try:
+            work()
+        except BaseException as exc:  # handed to the training thread by Engine.join
+            self.error = exc
 
 
 class Engine:
@@ -135,32 +143,20 @@ class Engine:
             self.process(local, device)
             return
         prepared = self.assembly.prepare(local, device)  # this rank's rows: the run's reward functions, if any, here
-        in_flight = _InFlight(local.step, local.mode)
         setup = self.ranks.thread_setup()
 
         def decide() -> None:
-            time.sleep(0)  # hands the GIL back at once: the hook returns without waiting out a switch interval
-            try:
-                setup()
-                self._decide(prepared, device)
-            except BaseException as exc:  # handed to the training thread by join()
-                in_flight.error = exc
+            setup()
+            self._decide(prepared, device)
 
-        in_flight.thread = threading.Thread(target=decide, name="rl_guards-batch", daemon=True)
-        self._in_flight = in_flight
-        in_flight.thread.start()
+        self._in_flight = _InFlight(local.step, local.mode, decide)
 
     def join(self) -> None:
         """Wait for the batch on the background thread (if any): its metrics to the sink, its stop raised."""
         in_flight, self._in_flight = self._in_flight, None
-        if in_flight is None or in_flight.thread is None:
-            return
-        in_flight.thread.join()
-        self.flush_metrics(in_flight.mode)
-        if in_flight.error is not None:
-            if isinstance(in_flight.error, GuardError):
-                self.log_now(in_flight.step)
-            raise in_flight.error
+        if in_flight is not None:
+            in_flight.thread.join()
+            self._hand_on(in_flight.step, in_flight.mode, in_flight.error)
 
     def process(self, local: LocalRows, device: Any = None) -> RolloutBatch | None:
         """One generation batch, on every rank: assemble, decide, agree; raises the agreed stop on every rank.
@@ -170,14 +166,21 @@ class Engine:
         it, the text of the rows concerned.
         """
         self.join()
+        batch, stop = None, None
         try:
             batch = self._decide(self.assembly.prepare(local, device), device)
-        except GuardError:
-            self.flush_metrics(local.mode)
-            self.log_now(local.step)
-            raise
-        self.flush_metrics(local.mode)
+        except GuardError as exc:
+            stop = exc
+        self._hand_on(local.step, local.mode, stop)
         return batch
+
+    def _hand_on(self, step: int, mode: str, error: BaseException | None) -> None:
+        """A decided batch's metrics to the sink, then its error raised (a stop logs the failing batch first)."""
+        self.flush_metrics(mode)
+        if error is not None:
+            if isinstance(error, GuardError):
+                self.log_now(step)
+            raise error
 
     def _decide(self, prepared: Prepared, device: Any) -> RolloutBatch | None:
         """:meth:`process` from this rank's prepared rows on, without handing on metrics: the part the background

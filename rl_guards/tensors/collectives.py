@@ -135,10 +135,11 @@ def gather_feature_rows(host: Any, device_columns: Sequence[Any], device: Any = 
     rows = int(host.shape[0])
     if not device_columns and not distributed():
         return host
-    where = next((c.device for c in device_columns if isinstance(c, torch.Tensor)), None)
-    where = where if where is not None else (torch.device(device) if device is not None else torch.device("cpu"))
     if group is not None:  # rl_guards' own gloo group: the table crosses ranks from the host
         where = torch.device("cpu")
+    else:
+        where = next((c.device for c in device_columns if isinstance(c, torch.Tensor)), None)
+        where = where if where is not None else (torch.device(device) if device is not None else torch.device("cpu"))
     table = torch.from_numpy(host).to(where)
     if device_columns:
         columns = [
