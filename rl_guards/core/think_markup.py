@@ -218,8 +218,18 @@ class MarkupVerdict:
         return dict(self.__dict__)
 
 
-def _piece(pieces: tuple[str, int, int, int, int, str], name: str) -> str:
+_Pieces = tuple[Any, ...]
+"""A verdict's deferred ``answer``/``thinking``. Either one span each, ``(text, think_a, think_b, answer_a, answer_b,
+before)`` (the common shapes), or the walk's parts, ``(text, think_parts, answer_parts, cut, markup)``."""
+
+
+def _piece(pieces: _Pieces, name: str) -> str:
     """``answer`` or ``thinking`` of a verdict from scan()'s spans (see ``MarkupVerdict._pieces``)."""
+    if len(pieces) == 5:
+        text, think_parts, answer_parts, cut, markup = pieces
+        if name == "thinking":
+            return _clean_thinking(text, think_parts, markup)
+        return _clean_answer(text, answer_parts, markup, cut)
     text, think_a, think_b, answer_a, answer_b, before = pieces
     if name == "thinking":
         return text[think_a:think_b].strip() if think_a < think_b else ""
@@ -697,7 +707,7 @@ def scan(
     # spans (``pieces``: text, thinking span, answer span, text before the block put before the answer), made into
     # strings when first read; emptiness is one search for a non-space character (the whitespace str.strip removes).
     codes: set[str]
-    pieces: tuple[str, int, int, int, int, str] | None = None
+    pieces: _Pieces | None = None
     answer = thinking = ""
     quick = plan.quick
     visible = _NONSPACE.search
@@ -748,14 +758,17 @@ def scan(
     else:
         walk = _walk(events, len(text), prompt_opened, text, plan.header)
         codes = walk.codes
-        answer = _clean_answer(text, walk.answer_parts, markup, cut)
-        thinking = _clean_thinking(text, walk.think_parts, markup)
+        if plan.plain:  # the strings are joined when first read; emptiness without joining copies of the text
+            pieces = (text, walk.think_parts, walk.answer_parts, cut, markup)
+        else:
+            answer = _clean_answer(text, walk.answer_parts, markup, cut)
+            thinking = _clean_thinking(text, walk.think_parts, markup)
         if walk.closed and not walk.inside:
             last = walk.answer_parts[walk.after_last_close :]
-            if walk.after_last_close == 0:
-                empty = not answer
-            elif plan.plain:  # visible text after the last close, without joining copies of it
+            if plan.plain:  # visible text after the last close
                 empty = not _any_visible(text, last, cut)
+            elif walk.after_last_close == 0:
+                empty = not answer
             else:
                 empty = not _clean_answer(text, last, markup, cut)
             if empty:
