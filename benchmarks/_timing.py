@@ -5,6 +5,7 @@ Scripts run as ``python benchmarks/<script>.py``, so this folder is on ``sys.pat
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +15,7 @@ def best_seconds(fn: Callable[[], Any], repeats: int) -> float:
     """Fastest of ``repeats`` calls of ``fn``, in seconds (the least disturbed run on a shared machine)."""
     best = float("inf")
     for _ in range(repeats):
+        gc.collect()  # a run is not charged for collecting the garbage of the runs before it
         t = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - t)

@@ -140,6 +140,12 @@ def rates(texts: list[str], fn: Callable[[], Any], repeats: int = 3) -> tuple[fl
 
 
 def scan_all(texts: list[str], **kwargs: Any) -> Callable[[], Any]:
+    """Scan every text, keeping the verdicts; ``scan(t, THINK)`` as a caller writes it when there are no options.
+
+    (``scan(t, THINK, **{})`` would time Python's keyword-unpacking call, ~0.1 us a call, as scanner work.)
+    """
+    if not kwargs:
+        return lambda: [scan(t, THINK) for t in texts]
     return lambda: [scan(t, THINK, **kwargs) for t in texts]
 
 
