@@ -635,8 +635,13 @@ def scan(
     token_ids: Sequence[int] | None = None,
     open_id: int | None = None,
     close_id: int | None = None,
+    id_tags: Sequence[tuple[int, int]] | None = None,
 ) -> MarkupVerdict:
     """Classify one completion's think markup. Never raises on any ``str``; linear in ``len(text)``.
+
+    ``token_ids`` with ``open_id``/``close_id``: the tags are also counted on the ids. ``id_tags``: their
+    ``(position, id)`` in ``token_ids``, in order, when the caller found them already (a batched pass); the ids
+    are then not searched again.
 
     Cost: a few ``str.find`` calls when the text's only ``<`` are its tags; two C calls per other ``<`` while they
     are sparse, then one compiled-pattern pass over the rest (or two memchr passes when an ASCII rest cannot hold a
@@ -780,7 +785,10 @@ def scan(
     # ---- tags on token ids
     id_open = id_close = None
     if token_ids is not None and open_id is not None and close_id is not None and open_id != close_id:
-        id_events = _id_events(token_ids, open_id, close_id)
+        if id_tags is None:
+            id_events = _id_events(token_ids, open_id, close_id)
+        else:
+            id_events = [(p, p + 1, t == open_id) for p, t in id_tags if t == open_id or t == close_id]
         id_open = 0
         for event in id_events:
             if event[2]:

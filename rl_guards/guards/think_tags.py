@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -82,6 +83,7 @@ class ThinkTagsGuard(Guard):
         self.close_id: int | None = None
         self.decode_specials = False  # scan text decoded with special tokens kept (tags are special tokens)
         self.mix: dict[str, list[int]] = {}  # task ("" = all) -> [thinking rows, rows] of train batches so far
+        self._padded_ids: Any = None  # the batch's padded completion ids, from check_tensors until scan
 
     def setup(self, ctx: RunContext) -> None:
         super().setup(ctx)
@@ -110,8 +112,10 @@ class ThinkTagsGuard(Guard):
         opened = prompts_open_block(batch.prompt_ids[: len(batch)], batch.decode or self.ctx.decode, self.markup)
         return opened + [False] * (len(batch) - len(opened))  # hand-built batches may lack prompt ids
 
-    def _scan_row(self, batch: RolloutBatch, row: int, prompt_opened: bool) -> tuple[MarkupVerdict, bool]:
-        """The row's verdict and its thinking mode."""
+    def _scan_row(
+        self, batch: RolloutBatch, row: int, prompt_opened: bool, id_tags: list[tuple[int, int]] | None = None
+    ) -> tuple[MarkupVerdict, bool]:
+        """The row's verdict and its thinking mode (``id_tags``: where its tag ids are, when already found)."""
         thinking = batch.thinking[row]
         mode = self._default_thinking() if thinking is None else bool(thinking)
         verdict = scan(
@@ -121,8 +125,28 @@ class ThinkTagsGuard(Guard):
             token_ids=batch.completion_ids[row],
             open_id=self.open_id,
             close_id=self.close_id,
+            id_tags=id_tags,
         )
         return verdict, mode
+
+    def check_tensors(self, output: Any, report: Reporter) -> None:
+        """Keep the batch's padded completion ids until :meth:`scan`, which finds the tag ids in one pass over
+        them rather than searching each row's list (the adapter calls this before it assembles the rows)."""
+        ids = output.get("completion_ids") if isinstance(output, Mapping) else None
+        self._padded_ids = ids if self.open_id is not None and self.close_id is not None else None
+
+    def _id_tags(self, batch: RolloutBatch, rows: range) -> list[list[tuple[int, int]]] | None:
+        """Per held row, ``(position, id)`` of its tag ids from the tensors kept by :meth:`check_tensors`; None
+        (search the lists) without them, or when they are not these rows."""
+        padded, self._padded_ids = self._padded_ids, None
+        if padded is None or rows.step != 1 or self.open_id is None or self.close_id is None:
+            return None
+        from rl_guards.tensors.token_positions import id_positions
+
+        try:
+            return id_positions(padded, batch.completion_ids[rows.start : rows.stop], (self.open_id, self.close_id))
+        except Exception:  # an unusual tensor: the lists are searched instead
+            return None
 
     def scan(self, batch: RolloutBatch) -> dict[str, list[float]]:
         """Per held row: ``codes`` (bitmask over ``ALL_CODES``: the verdict's codes and those wrong for the row's
@@ -132,9 +156,11 @@ class ThinkTagsGuard(Guard):
         flags = len(batch.prompt_opened) == len(batch) and rows.step == 1
         opened = self._prompts_opened(batch, rows if flags else None)  # the held rows' flags only, when given
         first = rows.start if flags else 0
+        id_tags = self._id_tags(batch, rows)
         out: dict[str, list[float]] = {name: [] for name in self.FEATURES}
         for row in rows:
-            verdict, thinking = self._scan_row(batch, row, opened[row - first])
+            tags = None if id_tags is None else id_tags[row - rows.start]
+            verdict, thinking = self._scan_row(batch, row, opened[row - first], tags)
             wrong = anomalies_for_mode(verdict, thinking)
             out["codes"].append(float(code_bits(set(verdict.anomalies) | set(wrong))))
             out["wrong"].append(float(code_bits(wrong)))

@@ -308,6 +308,10 @@ def test_scan_ids_properties(text: str, ids: list[int], prompt_opened: bool) -> 
     mismatch = (ids.count(1), ids.count(2)) != (text.count("<think>"), text.count("</think>"))
     assert (tm.IDS_TEXT_MISMATCH in v.anomalies) == mismatch
     assert (v.kind == "anomalous") == bool(set(v.anomalies) & MALFORMED)
+    # the tag ids' positions found by the caller (a batched pass) give the same verdict as the search
+    found = [(i, t) for i, t in enumerate(ids) if t in (1, 2)]
+    w = scan(text, prompt_opened=prompt_opened, token_ids=ids, open_id=1, close_id=2, id_tags=found)
+    assert w == v
 
 
 # ----- templates ---------------------------------------------------------------------------------------------

@@ -301,3 +301,41 @@ def test_markup_family_comes_from_the_tokenizer_template() -> None:
         guard = ThinkTagsGuard(GuardsConfig())
         guard.setup(RunContext(tokenizer=build_tokenizer(chat_template=template)))  # no trainer override
         assert guard.markup.name == family, template
+
+
+def test_tag_ids_found_on_the_padded_tensor_give_the_same_verdicts(tokenizer: Any) -> None:
+    """check_tensors hands over TRL's right-padded completion ids: scan reads the tag ids from them in one pass and
+    reaches the verdicts a search of each row's list reaches; a tensor that is not these rows is not used."""
+    import torch
+
+    texts = [
+        "<think>r</think>4",
+        "<think>a<think>b</think>4",  # double open
+        "<think>never closed",
+        "4</think>",  # stray close
+        "4",
+        "",
+    ]
+    ids = [tokenizer.encode(c, add_special_tokens=False) for c in texts]
+    ids.append(tokenizer.encode("<think>r</think>4", add_special_tokens=False))  # tags on the ids, lost in the text
+    texts.append("4")
+    rows = [(c, i % 2 == 0, False, "a") for i, c in enumerate(texts)]
+    batch = make_batch(rows, completion_ids=ids)
+    pad = tokenizer.pad_token_id
+    padded = torch.full((len(ids), max(map(len, ids)) + 2), pad, dtype=torch.long)
+    for i, row in enumerate(ids):
+        padded[i, : len(row)] = torch.tensor(row)
+    guard = ThinkTagsGuard(GuardsConfig.from_dict({"think_tags": {"mode": "log"}}))
+    guard.setup(_ctx(tokenizer))
+    session = GuardSession()
+    searched = guard.scan(batch)
+    guard.check_tensors({"completion_ids": padded}, session.reporter(guard.name, guard.config, 3))
+    assert guard._id_tags(batch, batch.held_rows) is not None  # the tensor is these rows: used
+    guard.check_tensors({"completion_ids": padded}, session.reporter(guard.name, guard.config, 3))
+    assert guard.scan(batch) == searched
+    assert guard._padded_ids is None  # released by the scan
+    assert searched["codes"][-1] != 0  # the ids-only row is flagged (ids_text_mismatch)
+    guard.check_tensors({"completion_ids": padded.flip(1)}, session.reporter(guard.name, guard.config, 3))
+    assert guard._id_tags(batch, batch.held_rows) is None  # not these rows: the lists are searched
+    guard.check_tensors({"completion_ids": padded.flip(1)}, session.reporter(guard.name, guard.config, 3))
+    assert guard.scan(batch) == searched
