@@ -289,10 +289,6 @@ def _arange(n: int, device: torch.device, start: int = 0, *, weights: bool = Fal
     return _const(("arange", n, start, device), lambda: torch.arange(start, start + n, device=device))
 
 
-def _id_tensor(ids: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    return _const(("ids", ids, dtype, device), lambda: torch.tensor(ids, dtype=dtype, device=device))
-
-
 def _prompt_block(pids: torch.Tensor, pm: torch.Tensor, pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per row (``[B, 1]`` columns): the attended prompt length, where a left-padded block of it starts, and
     whether ``prompt_mask`` is not a left-padded 0/1 block matching ``prompt_ids != pad``.
@@ -356,9 +352,32 @@ def _leak_verdicts(
     same_or_whole = ((head_ids == head_ids[:1]) | beyond_k).all() | (length == n_prompt).all()
     overlaps = (k >= 2) & same_or_whole
     if markup_ids:
-        markup = _id_tensor(tuple(sorted({int(t) for t in markup_ids})), ids.dtype, device)
-        overlaps = overlaps & ~(torch.isin(head_ids, markup) | beyond_k).all()
+        table = _markup_table(markup_ids, device)
+        top = table.size(0)
+        in_markup = table[head_ids.clamp(0, top - 1)] & (head_ids < top) & (head_ids >= 0)
+        overlaps = overlaps & ~(in_markup | beyond_k).all()
     return length, leak, overlaps & ~leak
+
+
+_TABLES: dict[tuple[int, torch.device], tuple[Sequence[int], torch.Tensor]] = {}
+
+
+def _markup_table(markup_ids: Sequence[int], device: torch.device) -> torch.Tensor:
+    """``table[t]`` is True for the ids in ``markup_ids`` (``[max id + 1]`` bools): one lookup per position, where
+    ``torch.isin`` sorts (the markup list holds hundreds of whitespace tokens). Cached per list object and device
+    (the guard passes the same list every batch; a list is never changed once handed over)."""
+    key = (id(markup_ids), device)
+    hit = _TABLES.get(key)
+    if hit is not None and hit[0] is markup_ids:
+        return hit[1]
+    values = sorted({int(t) for t in markup_ids if int(t) >= 0})
+    table = torch.zeros((values[-1] + 1) if values else 1, dtype=torch.bool, device=device)
+    if values:
+        table[torch.tensor(values, device=device)] = True
+    if len(_TABLES) >= 16:
+        _TABLES.clear()
+    _TABLES[key] = (markup_ids, table)  # the list is kept: its id is not reused while cached
+    return table
 
 
 def _tail_consts(p: int, window: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
