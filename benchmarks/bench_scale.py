@@ -232,7 +232,9 @@ def scale_figures(quick: bool, device: str) -> dict[str, Any]:
         f"decides in the hook; with several ranks the hook reads this rank's rows and the engine's thread decides "
         f"while the step trains. W=256 / W=1 = {ratio256:.2f}x; target <= 1.3x: "
         f"{'met' if ratio256 <= 1.3 else 'NOT met'}. W=1 back to back, as 437f4ff was measured: {warm:.1f}; target "
-        f"<= 6: {'met' if warm <= 6 else 'NOT met'})"
+        f"<= 6: {'met' if warm <= 6 else 'NOT met'}; with the step between, as above: {training[1]:.1f}, "
+        f"{'also' if training[1] <= 6 else 'not'} <= 6: the same hook after 200 ms of other work, busy or idle, "
+        f"finds its code and data out of cache)"
     )
     print(
         "engine thread ms per batch, rank 0 (decides while the step trains; compute + modelled wait): "
