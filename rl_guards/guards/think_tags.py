@@ -132,8 +132,7 @@ class ThinkTagsGuard(Guard):
     def check_tensors(self, output: Any, report: Reporter) -> None:
         """Keep the batch's padded completion ids until :meth:`scan`, which finds the tag ids in one pass over
         them rather than searching each row's list (the adapter calls this before it assembles the rows)."""
-        ids = output.get("completion_ids") if isinstance(output, Mapping) else None
-        self._padded_ids = ids if self.open_id is not None and self.close_id is not None else None
+        self._padded_ids = output.get("completion_ids") if isinstance(output, Mapping) else None
 
     def _id_tags(self, batch: RolloutBatch, rows: range) -> list[list[tuple[int, int]]] | None:
         """Per held row, ``(position, id)`` of its tag ids from the tensors kept by :meth:`check_tensors`; None

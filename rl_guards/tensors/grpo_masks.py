@@ -359,25 +359,18 @@ def _leak_verdicts(
     return length, leak, overlaps & ~leak
 
 
-_TABLES: dict[tuple[int, torch.device], tuple[Sequence[int], torch.Tensor]] = {}
-
-
 def _markup_table(markup_ids: Sequence[int], device: torch.device) -> torch.Tensor:
     """``table[t]`` is True for the ids in ``markup_ids`` (``[max id + 1]`` bools): one lookup per position, where
-    ``torch.isin`` sorts (the markup list holds hundreds of whitespace tokens). Cached per list object and device
-    (the guard passes the same list every batch; a list is never changed once handed over)."""
-    key = (id(markup_ids), device)
-    hit = _TABLES.get(key)
-    if hit is not None and hit[0] is markup_ids:
-        return hit[1]
-    values = sorted({int(t) for t in markup_ids if int(t) >= 0})
-    table = torch.zeros((values[-1] + 1) if values else 1, dtype=torch.bool, device=device)
-    if values:
-        table[torch.tensor(values, device=device)] = True
-    if len(_TABLES) >= 16:
-        _TABLES.clear()
-    _TABLES[key] = (markup_ids, table)  # the list is kept: its id is not reused while cached
-    return table
+    ``torch.isin`` sorts (the markup list holds hundreds of whitespace tokens). Cached by the ids and device."""
+
+    def build() -> torch.Tensor:
+        values = sorted({int(t) for t in markup_ids if int(t) >= 0})
+        table = torch.zeros((values[-1] + 1) if values else 1, dtype=torch.bool, device=device)
+        if values:
+            table[torch.tensor(values, device=device)] = True
+        return table
+
+    return _const(("markup", tuple(markup_ids), device), build)
 
 
 def _tail_consts(p: int, window: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

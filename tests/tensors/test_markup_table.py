@@ -10,7 +10,7 @@ from rl_guards.tensors.grpo_masks import _markup_table
 def test_table_lookup_is_isin() -> None:
     markup = [5, 9, 9, 130, 2]
     table = _markup_table(markup, torch.device("cpu"))
-    assert _markup_table(markup, torch.device("cpu")) is table  # cached for the same list
+    assert _markup_table(list(markup), torch.device("cpu")) is table  # cached for the same ids
     ids = torch.arange(-3, 200).view(7, -1)
     top = table.size(0)
     looked_up = table[ids.clamp(0, top - 1)] & (ids < top) & (ids >= 0)
