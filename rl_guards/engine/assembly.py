@@ -16,6 +16,7 @@ Text crosses ranks only in :meth:`Assembly.fill_rows`: for the rows a message sh
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
@@ -104,7 +105,9 @@ class Assembly:
         self.ranks = ranks
         self.task_labels = task_labels
         self.task_registry: dict[int, str] = {}  # task_hash -> name, the same on every rank
-        self.filled_on_main: set[int] = set()  # ids of batches whose rows the main process already holds
+        # batches whose rows the main process already holds; weak references, not id(): a new batch can live where
+        # a freed one did, and each rank must decide alike whether a batch still needs its gather
+        self._filled_on_main: list[weakref.ref[RolloutBatch]] = []
         self.declare_features()
 
     def declare_features(self) -> None:
@@ -328,7 +331,8 @@ class Assembly:
         """
         if not self.ranks.several:
             return
-        todo = [b for b in batches if everywhere or id(b) not in self.filled_on_main]
+        filled = [ref() for ref in self._filled_on_main]
+        todo = [b for b in batches if everywhere or not any(b is f for f in filled)]
         if not todo:
             return
         payload: list[dict[str, Any]] = []
@@ -352,7 +356,8 @@ class Assembly:
             payload.append(part)
         parts = self.ranks.all_gather_objects(payload) if everywhere else self.ranks.gather_objects_to_main(payload)
         if not everywhere:
-            self.filled_on_main.update(id(b) for b in todo)
+            self._filled_on_main = [ref for ref in self._filled_on_main if ref() is not None]
+            self._filled_on_main += [weakref.ref(b) for b in todo]
         for rank_parts in parts or []:
             for batch, part in zip(todo, rank_parts, strict=True):
                 self._unpack(batch, part, lazy=not everywhere)  # a dump's rows: ids as int32 views

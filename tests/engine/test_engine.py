@@ -285,3 +285,43 @@ def test_unique_over_runs_matches_numpy_unique(seed: int) -> None:
     want_unique, want_inverse = np.unique(values, return_inverse=True)
     assert unique.tolist() == want_unique.tolist()
     assert inverse.reshape(-1).tolist() == want_inverse.reshape(-1).tolist()
+
+
+class CountingRanks:
+    """Two ranks as fill_rows sees them: counts the gathers of dump rows (this rank's part comes back alone)."""
+
+    several = True
+    process_index = 0
+
+    def __init__(self) -> None:
+        self.gathers = 0
+
+    def gather_objects_to_main(self, obj: Any) -> list[Any]:
+        self.gathers += 1
+        return [obj]
+
+
+def test_fill_rows_gathers_each_new_batch_once_even_where_a_freed_one_lived() -> None:
+    """fill_rows is collective: whether a batch's rows were already brought to the main process must not depend on
+    where in memory it lives. A new batch at the address of a freed one is still new (keyed by id(), the second
+    rank could skip the gather the first one ran: a hang, seen in a 2-process run)."""
+    from rl_guards.core.task_labels import TaskLabels
+    from rl_guards.engine.assembly import Assembly
+    from rl_guards.guards.base import GuardSession
+
+    config = GuardsConfig()
+    ranks = CountingRanks()
+    assembly = Assembly(config, [], GuardSession(), ranks, TaskLabels(config.tasks.max_tasks))
+
+    def new_batch() -> RolloutBatch:
+        return RolloutBatch(step=1, mode="train", num_generations=1, reward_names=["r"], reward_weights=[1.0],
+                            rewards=[[0.0]], advantages=[0.0], tasks=["a"], completions=["x"],
+                            completion_ids=[[1]], prompt_ids=[[2]], truncated=[False], thinking=[None])  # fmt: skip
+
+    kept = new_batch()
+    assembly.fill_rows([kept], everywhere=False)
+    assembly.fill_rows([kept], everywhere=False)  # already on the main process: no second gather
+    assert ranks.gathers == 1
+    for n in range(2, 52):  # each batch dropped before the next is made: its memory is reused
+        assembly.fill_rows([new_batch()], everywhere=False)
+        assert ranks.gathers == n
