@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _two_ranks import free_port
+from _two_ranks import free_port, kill_processes_with
 
 from rl_guards.config import GuardsConfig
 from rl_guards.core.batch import RolloutBatch
@@ -63,14 +63,24 @@ def _launch(
             str(SCRIPT),
             str(out),
         ]
-    # Its own session, so a run that overstays is killed with its workers (torchrun leaves them behind otherwise).
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # fmt: skip
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
+    # Output to files, not pipes: a worker left running would hold a pipe open and the wait for it would never end.
+    # Its own session, so a run that overstays is killed with torchrun; torchrun's workers (sessions of their own)
+    # are found by their output folder on the command line.
+    logs = out.parent / f"{out.name}.launch"
+    with open(f"{logs}.stdout", "w+") as fout, open(f"{logs}.stderr", "w+") as ferr:
+        proc = subprocess.Popen(cmd, env=env, stdout=fout, stderr=ferr, text=True, start_new_session=True)
+        try:
+            proc.wait(timeout=timeout)
+            hung = False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            hung = True
+        kill_processes_with(f" {out} ")  # (cmdline arguments are joined by spaces, with one after the last)
+        fout.seek(0)
+        ferr.seek(0)
+        stdout, stderr = fout.read(), ferr.read()
+    if hung:
         pytest.fail(f"the {nproc}-process run hung: killed after {timeout} s\n{(stdout + stderr)[-3000:]}")
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
