@@ -284,9 +284,10 @@ class ProbesConfig(GuardConfig):
     """Re-score a few real rows with each reward function on controlled variants: does it read only a prefix, read
     the thinking, or pay a degenerate completion as much as the best real one?"""
 
-    every_steps: int = 50  # probe the first batch, then one batch in N steps (within the budget)
+    every_steps: int = 50  # probe as soon as the budget allows, then again every N steps (within the budget)
     rows: int = 8  # real rows probed per task, rank and probe (a verdict needs 3 rows, most of those probed)
-    budget: float = 0.02  # extra reward calls at most this share of the run's reward calls so far (first probe aside)
+    budget: float = 0.02  # probes' wall time at most this share of the run's elapsed time, at every step
+    call_timeout: float = 30.0  # seconds any one probe call may take (less: 20x the function's measured time)
     skip: list[str] = field(default_factory=list)  # reward functions never probed (expensive judges); models never are
     process_rewards: list[str] = field(default_factory=list)  # functions meant to read the thinking (not flagged)
     prefix_ok: list[str] = field(default_factory=list)  # functions meant to read only the start or end (not flagged)
@@ -295,7 +296,8 @@ class ProbesConfig(GuardConfig):
         super().validate(prefix)
         _check_positive(prefix, "every_steps", self.every_steps)
         _check_positive(prefix, "rows", self.rows)
-        _check_fraction(prefix, "budget", self.budget)
+        _check_positive(prefix, "budget", self.budget)  # a share; above 1 only for tests of very short runs
+        _check_positive(prefix, "call_timeout", self.call_timeout)
 
 
 @dataclass

@@ -21,6 +21,7 @@ FLOORS: dict[str, int] = {
     "tensors": 3,  # torch only: mask rules on device tensors, collectives
     "chat": 3,  # chat-template rendering with a tokenizer, no trainer
     "rewards": 4,  # reward-function wrappers
+    "reward_calls": 4,  # calling a reward function as its framework does (one module per framework)
     "rollouts": 4,  # records on disk: the dump format, writer, readers, report
     "guards": 5,  # framework-free guards, the session, the mask guard and the recorder
     "collators": 6,

@@ -6,19 +6,19 @@
     report = audit_rewards(["rewards.py:compute_score"], "train.parquet")
     print(report.exit_code, [f.verdict for f in report.functions])
 
-The command line is ``rl-guards audit-rewards`` (:mod:`rl_guards.cli.audit`); what each kind and verdict means is in
-``docs/audit.md``.
+Each function is called as its framework calls it (:mod:`rl_guards.reward_calls`). The command line is
+``rl-guards audit-rewards`` (:mod:`rl_guards.cli.audit`); what each kind and verdict means is in ``docs/audit.md``.
 """
 
 from rl_guards.audit.data import AuditRow, load_function, load_rows
 from rl_guards.audit.runner import FIXES, KINDS, AuditReport, Finding, FunctionAudit, audit_rewards
-from rl_guards.audit.signatures import FRAMEWORKS, Adapted, detect_framework
+from rl_guards.reward_calls import FRAMEWORKS
+from rl_guards.reward_calls import detect as detect_framework
 
 __all__ = [
     "FIXES",
     "FRAMEWORKS",
     "KINDS",
-    "Adapted",
     "AuditReport",
     "AuditRow",
     "Finding",

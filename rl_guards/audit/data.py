@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rl_guards.audit.signatures import prompt_text
+from rl_guards.core.completions import completion_text
 from rl_guards.errors import ConfigError
+from rl_guards.reward_calls.openrlhf import prompt_text
 from rl_guards.rewards.reference_pairs import reference_column
 
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
@@ -42,7 +43,7 @@ class AuditRow:
     columns: dict[str, Any]
     reference: str | None
     task: str = ""
-    completions: list[Any] = field(default_factory=list)  # strings or assistant messages
+    completions: list[str] = field(default_factory=list)  # the completions' texts (thinking put back in its block)
     built: bool = False  # the completions were built from the reference answers (no completions file)
     reference_column: str | None = None  # the column ``reference`` came from
 
@@ -57,7 +58,9 @@ class AuditRow:
 
 
 def load_function(spec: str) -> Any:
-    """The callable named by ``path/to/file.py:fn`` or ``pkg.mod:fn`` (ConfigError naming what is there)."""
+    """The callable (or verifiers rubric) named by ``path/to/file.py:fn`` or ``pkg.mod:fn`` (ConfigError naming what
+    is there). A file is imported under its own name with its folder on ``sys.path``, as ``python file.py`` would:
+    a function a process pool pickles is found again by the pool's workers."""
     if ":" not in spec:
         raise ConfigError(f"reward {spec!r}: write it as path/to/file.py:fn or pkg.mod:fn")
     target, _, attr = spec.rpartition(":")
@@ -65,19 +68,7 @@ def load_function(spec: str) -> Any:
     if target.endswith(".py") or path.is_file():
         if not path.is_file():
             raise ConfigError(f"reward {spec!r}: no file {target}")
-        name = f"rl_guards_audit_{abs(hash(str(path.resolve())))}"
-        module_spec = importlib.util.spec_from_file_location(name, path)
-        if module_spec is None or module_spec.loader is None:
-            raise ConfigError(f"reward {spec!r}: cannot load {target} as a Python file")
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[name] = module
-        sys.path.insert(0, str(path.resolve().parent))  # its own helper modules next to it
-        try:
-            module_spec.loader.exec_module(module)
-        except Exception as exc:
-            raise ConfigError(f"reward {spec!r}: importing {target} raised {type(exc).__name__}: {exc}") from exc
-        finally:
-            sys.path.remove(str(path.resolve().parent))
+        module = _import_file(spec, path)
     else:
         try:
             module = importlib.import_module(target)
@@ -89,9 +80,34 @@ def load_function(spec: str) -> Any:
             names = sorted(n for n in dir(module) if callable(getattr(module, n)) and not n.startswith("_"))
             raise ConfigError(f"reward {spec!r}: {target} has no {attr!r}; its callables: {', '.join(names)}")
         obj = getattr(obj, part)
-    if not callable(obj):
+    from rl_guards.reward_calls.verifiers import is_rubric
+
+    if not callable(obj) and not is_rubric(obj):
         raise ConfigError(f"reward {spec!r} is a {type(obj).__name__}, not a function")
     return obj
+
+
+def _import_file(spec: str, path: Path) -> Any:
+    folder = str(path.resolve().parent)
+    name = path.stem if path.stem.isidentifier() else f"rl_guards_audit_{abs(hash(str(path.resolve())))}"
+    loaded = sys.modules.get(name)
+    if loaded is not None and Path(getattr(loaded, "__file__", "") or "").resolve() == path.resolve():
+        return loaded
+    if loaded is not None:  # another module of that name: keep it, load this one under a name of its own
+        name = f"rl_guards_audit_{abs(hash(str(path.resolve())))}"
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise ConfigError(f"reward {spec!r}: cannot load {path} as a Python file")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    if folder not in sys.path:
+        sys.path.insert(0, folder)  # its own helper modules next to it, in this process and in a pool's workers
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        raise ConfigError(f"reward {spec!r}: importing {path} raised {type(exc).__name__}: {exc}") from exc
+    return module
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
@@ -237,7 +253,7 @@ def attach_completions(rows: list[AuditRow], pairs: list[tuple[str, Any]], per_r
             matched = [row for row, key in keys if key and key in prompt]
         for row in matched[:1]:
             if len(row.completions) < per_row:
-                row.completions.append(completion)
+                row.completions.append(completion_text(completion))
     return sum(1 for row in rows if row.completions)
 
 
@@ -245,24 +261,26 @@ THINK_LINE = "Let me work it out step by step."
 
 
 def build_completions(rows: list[AuditRow], thinking: bool = True) -> None:
-    """Completions from the reference answers, for rows that have none: the right answer and another row's (wrong)
-    one, bare and in the probes' answer forms ("The answer is X.", ``\\boxed{X}``, ``<answer>X</answer>``,
-    ``#### X``), each also after a think block (``thinking``)."""
-    from rl_guards.core.probes import REFERENCE_FORMS, compose
+    """Completions from the reference answers, for rows that have none: the reference's final answer and another
+    row's (wrong) one, in every answer form (:data:`rl_guards.core.probing.forms.FORMS`), each also after a think
+    block (``thinking``)."""
+    from rl_guards.core.probing.forms import FORMS, admits, final_answer, render, wrong_answers
+    from rl_guards.core.probing.variants import compose
     from rl_guards.core.think_markup import THINK
 
-    answers = [r.reference for r in rows if r.reference is not None]
-    for row in rows:
-        if row.completions or row.reference is None:
+    finals = [final_answer(r.reference) for r in rows]
+    for row, right in zip(rows, finals, strict=True):
+        if row.completions or right is None:
             continue
-        wrong = next((a for a in answers if a != row.reference), None)
+        wrong = wrong_answers(right, [f for f in finals if f is not None and f != right], 1)
         texts: list[str] = []
-        for answer in [row.reference] + ([wrong] if wrong is not None else []):
-            for form in ("{}", *(f for _, f in REFERENCE_FORMS)):
-                text = form.format(answer)
+        for answer in [right, *wrong]:
+            for form in FORMS:
+                if not admits(answer, form):
+                    continue
+                text = render(form, answer)
                 texts += [text, compose(THINK_LINE, text, THINK)] if thinking else [text]
-        conversational = isinstance(row.prompt, list)
-        row.completions = [[{"role": "assistant", "content": t}] if conversational else t for t in texts]
+        row.completions = texts
         row.built = True
 
 

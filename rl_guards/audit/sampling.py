@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from rl_guards.audit.data import AuditRow
 
@@ -50,9 +49,7 @@ def sample_completions(
         chunk = todo[start : start + batch_size]
         for row, ids in zip(chunk, batch, strict=True):
             end = next((i for i, t in enumerate(ids) if t in eos), len(ids))
-            text = tokenizer.decode(ids[: end + 1], skip_special_tokens=True)
-            completion: Any = [{"role": "assistant", "content": text}] if isinstance(row.prompt, list) else text
-            row.completions.append(completion)
+            row.completions.append(tokenizer.decode(ids[: end + 1], skip_special_tokens=True))
         bar.update(len(chunk))
     bar.close()
 

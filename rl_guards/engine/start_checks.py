@@ -125,11 +125,13 @@ def start_check_classes() -> list[type[Guard]]:
 
 
 def prepare_at_start_classes() -> list[type[Guard]]:
-    """The guards whose ``on_train_begin`` prepares the run (writes to its folder, generates): never run by a check."""
+    """The guards whose ``on_train_begin`` prepares the run (writes to its folder, generates, starts a clock): never
+    run by a check."""
     from rl_guards.guards.drift import DriftGuard
+    from rl_guards.guards.probes import RewardProbeGuard
     from rl_guards.guards.recorder import RolloutRecorder
 
-    return [DriftGuard, RolloutRecorder]
+    return [DriftGuard, RolloutRecorder, RewardProbeGuard]
 
 
 def start_guards(config: GuardsConfig, guard_classes: Sequence[type[Guard]] | None = None) -> list[Guard]:

@@ -41,6 +41,9 @@ class RunContext:
     reward_funcs: list[Any] = field(default_factory=list)  # the trainer's reward function objects
     # where the adapter's reward-function wrappers record rows a function raised on (rl_guards.rewards.row_errors)
     reward_error_log: Any = None
+    # the run's reward functions as checks call them, each through its framework's caller, bounded in time
+    # (rl_guards.rewards.checked_calls.CheckedCalls; None: the driver cannot call them outside the run)
+    checked_calls: Any = None
     # callable(list[row dict]) -> dict | None: generate and score these dataset rows with the trainer's own path,
     # leaving the trainer's metrics and logs as they were (collective: every rank calls it with the same rows)
     probe_generate: Any = None

@@ -7,11 +7,11 @@ from typing import Any, ClassVar
 
 from rl_guards.chat.markup import markup_from_config
 from rl_guards.config import RewardSanityConfig
+from rl_guards.core.probing.forms import FORMS
 from rl_guards.errors import ConfigError, RewardSanityError
 from rl_guards.guards.base import Guard, Reporter
 from rl_guards.rewards.callables import reward_name
 from rl_guards.rewards.reference_pairs import (
-    FORMS,
     REFERENCE_COLUMNS,
     check_reference_pairs,
     pick_rows,
@@ -84,8 +84,13 @@ class RewardSanityGuard(Guard):
         cfg = self.config
         tasks = self.guards_config.tasks
         dataset = self.ctx.train_dataset
-        funcs = [f for f in self.ctx.reward_funcs if callable(f) and not hasattr(f, "forward")]
-        funcs = [f for f in funcs if reward_name(f) not in self.guards_config.probes.skip]
+        calls = self.ctx.checked_calls
+        indices = [
+            i
+            for i, f in enumerate(self.ctx.reward_funcs)
+            if calls is not None and calls.usable(i) and reward_name(f) not in self.guards_config.probes.skip
+        ]
+        funcs = [self.ctx.reward_funcs[i] for i in indices]
         columns = list(getattr(dataset, "column_names", None) or [])
         column = reference_column(columns, funcs, cfg.reference_column) if cfg.auto_cases else None
         rows = []
@@ -113,7 +118,12 @@ class RewardSanityGuard(Guard):
         else:
             weights = [1.0] * len(funcs)
         markup = markup_from_config(self.guards_config.think_tags, self.ctx.template_text)
-        result = check_reference_pairs(funcs, rows, weights=weights, markup=markup)
+        names = [reward_name(f) for f in funcs]
+
+        def score(f: int, call_rows: Any, texts: Any) -> Any:  # bounded in time, as the run's framework calls it
+            return calls(indices[f], call_rows, texts)
+
+        result = check_reference_pairs(names, score, rows, weights=weights, markup=markup)
         drain_watched()  # what a watch_inputs judge saw of these made-up answers is not the run's
         inverted = [k for k in result.inverted if k[0] not in cfg.shaping]
         named = bool(cfg.reference_column) or any(column in _params(f) for f in funcs)
@@ -146,7 +156,7 @@ class RewardSanityGuard(Guard):
         for task in blind:
             lines.append(
                 f"  task {task!r}: the weighted total never pays the right answer more than a wrong one, in any form "
-                f"tried ({', '.join(f.format('X') for f in FORMS)}, with and without a think block)"
+                f"tried ({', '.join(FORMS.values()).replace('{}', 'X')}, with and without a think block)"
             )
         lines.append(
             "Fix: check the reward's sign and the column it compares against; if the column is not the answer, set "

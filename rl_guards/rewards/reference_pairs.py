@@ -1,9 +1,10 @@
-"""Reward sanity without a cases file: a row's reference answer against another row's, in several usual forms.
+"""Reward sanity without a cases file: a row's reference answer against another row's, in every usual form.
 
-For a few rows per task that have a reference answer (the ``answer``/``solution``/... column), the right answer and
-another row's (wrong) answer are written the ways completions usually state an answer (bare, "The answer is X.",
-``\\boxed{X}``; each also after a think block; the shorter padded with trailing spaces to the same length, so a
-length term scores both alike) and every reward function scores them as TRL would call it. Forms a
+For a few rows per task that have a reference answer (the ``answer``/``solution``/... column), the reference's final
+answer and another row's are written the ways completions state an answer (every form of
+:mod:`rl_guards.core.probing.forms`: bare, "The answer is X.", ``\\boxed{X}``, ``#### X``, ``<answer>X</answer>``,
+``$X$``, a last line; each also after a think block, the shorter padded with trailing spaces to the same length, so a
+length term scores both alike) and every reward function scores them through its framework's caller. Forms a
 function cannot read (None, or the same score for both) say nothing; what counts:
 
 - **inverted**: in the forms where a function tells the two apart, it pays the wrong answer more, never the right
@@ -15,23 +16,25 @@ function cannot read (None, or the same score for both) say nothing; what counts
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rl_guards.core.probes import NEUTRAL_LINE, compose
+from rl_guards.core.probing.forms import FORMS, admits, final_answer, render, wrong_answers
+from rl_guards.core.probing.variants import NEUTRAL_LINE, compose
 from rl_guards.core.think_markup import ThinkMarkup
-from rl_guards.rewards.callables import reward_name
-from rl_guards.rewards.calls import call_reward
+from rl_guards.reward_calls.base import CallRow
 
 REFERENCE_COLUMNS: tuple[str, ...] = ("answer", "solution", "ground_truth", "reference", "target", "gold")
-FORMS: tuple[str, ...] = ("{}", "The answer is {}.", "\\boxed{{{}}}")
 EPS = 1e-9
+
+# (function index, its rows, the texts) -> its scores; raises what the function raised
+Score = Callable[[int, Sequence[CallRow], Sequence[str]], Sequence["float | None"]]
 
 
 @dataclass
 class ReferenceRow:
-    """One dataset row used as a case: its task, prompt, other columns, right and wrong answers."""
+    """One dataset row used as a case: its task, prompt, other columns, right and wrong answers (raw)."""
 
     task: str
     prompt: Any
@@ -76,7 +79,7 @@ def reference_column(dataset_columns: Sequence[str], funcs: Sequence[Any], confi
 def pick_rows(
     rows: Sequence[dict[str, Any]], column: str, task_column: str, per_task: int, default_task: str
 ) -> list[ReferenceRow]:
-    """Up to ``per_task`` rows of each task whose reference differs from another row's of the same task."""
+    """Up to ``per_task`` rows of each task whose final answer differs from another row's of the same task."""
     by_task: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         if row.get(column) is None or str(row.get(column)).strip() == "":
@@ -86,12 +89,13 @@ def pick_rows(
     out: list[ReferenceRow] = []
     for task, task_rows in sorted(by_task.items()):
         answers = [str(r[column]) for r in task_rows]
-        for row, right in zip(task_rows, answers, strict=True):
-            wrong = next((a for a in answers if a != right), None)
-            if wrong is None:
-                break
+        finals = [final_answer(a) or a for a in answers]
+        for row, right, final in zip(task_rows, answers, finals, strict=True):
+            wrong = wrong_answers(final, [f for f in finals if f != final], 1)
+            if not wrong:
+                continue
             columns = {k: v for k, v in row.items() if k not in ("prompt", "completion")}
-            out.append(ReferenceRow(task, row.get("prompt", ""), columns, right, wrong))
+            out.append(ReferenceRow(task, row.get("prompt", ""), columns, right, wrong[0]))
             if sum(r.task == task for r in out) >= per_task:
                 break
     return out
@@ -99,65 +103,78 @@ def pick_rows(
 
 def texts(answer: str, markup: ThinkMarkup | None) -> list[str]:
     """``answer`` in every form, bare and after a think block (when the run has a markup)."""
-    plain = [form.format(answer) for form in FORMS]
+    plain = [render(form, answer) for form in FORMS]
     if markup is None:
         return plain
     return plain + [compose(NEUTRAL_LINE, text, markup) for text in plain]
 
 
+def form_labels(markup: ThinkMarkup | None) -> list[str]:
+    return list(FORMS) + ([f"{form} after a think block" for form in FORMS] if markup is not None else [])
+
+
 def check_reference_pairs(
-    funcs: Sequence[Any],
+    names: Sequence[str],
+    score: Score,
     rows: Sequence[ReferenceRow],
     *,
     weights: Sequence[float] | None = None,
     markup: ThinkMarkup | None = None,
-    trainer_state: Any = None,
 ) -> PairReport:
-    """Score right against wrong answers for every row with every function (see the module doc)."""
-    weight_list = [float(w) for w in weights] if weights is not None else [1.0] * len(funcs)
+    """Score right against wrong answers for every row with every function (see the module doc). ``score(f, rows,
+    texts)`` calls function ``f`` through its framework's caller; a function that raises is not judged on the row."""
+    weight_list = [float(w) for w in weights] if weights is not None else [1.0] * len(names)
     report = PairReport(rows=len(rows))
     told: dict[str, bool] = {}
     for case in rows:
-        right, wrong = texts(case.right, markup), texts(case.wrong, markup)
+        right_value = final_answer(case.right) or case.right
+        labels = form_labels(markup)
+        right, wrong = texts(right_value, markup), texts(case.wrong, markup)
+        keep = [i for i, label in enumerate(labels) if admits(right_value, label.split()[0])]
+        keep = [i for i in keep if admits(case.wrong, labels[i].split()[0])]
+        right, wrong, labels = [right[i] for i in keep], [wrong[i] for i in keep], [labels[i] for i in keep]
         # equal lengths (trailing spaces): a length term scores both alike instead of looking inverted
         width = [max(len(r), len(w)) for r, w in zip(right, wrong, strict=True)]
         right = [r.ljust(n) for r, n in zip(right, width, strict=True)]
         wrong = [w.ljust(n) for w, n in zip(wrong, width, strict=True)]
-        n = len(right) + len(wrong)
-        conversational = isinstance(case.prompt, list)
-        completions: list[Any] = [[{"role": "assistant", "content": t}] if conversational else t for t in right + wrong]
-        columns = {k: [v] * n for k, v in case.columns.items()}
-        totals = [0.0] * n
-        for fn, weight in zip(funcs, weight_list, strict=False):
-            name = reward_name(fn)
+        half = len(right)
+        row = CallRow(prompt=case.prompt, columns=case.columns, reference=case.right)
+        totals = [0.0] * (2 * half)
+        for index, (name, weight) in enumerate(zip(names, weight_list, strict=False)):
             try:
-                scores = call_reward(
-                    fn, prompts=[case.prompt] * n, completions=completions, columns=columns, trainer_state=trainer_state
-                )
+                scores = list(score(index, [row] * (2 * half), right + wrong))
             except Exception as exc:  # a function that cannot score these texts is not judged on them
                 report.errors.setdefault(name, f"{type(exc).__name__}: {exc}")
                 continue
             key = (name, case.task)
-            half = len(right)
             for i in range(half):
                 good, bad = scores[i], scores[half + i]
-                if good is not None:
+                if good is not None and good == good:
                     totals[i] += weight * good
-                if bad is not None:
+                if bad is not None and bad == bad:
                     totals[half + i] += weight * bad
-                if good is None or bad is None:
+                if good is None or bad is None or good != good or bad != bad:
                     continue
                 if good > bad + EPS:
                     report.up[key] = report.up.get(key, 0) + 1
                 elif bad > good + EPS:
                     report.down[key] = report.down.get(key, 0) + 1
                     report.examples.setdefault(
-                        key, f"right {right[i]!r} scored {good:g}, wrong {wrong[i]!r} scored {bad:g}"
+                        key,
+                        f"right {right[i].strip()!r} scored {good:g}, wrong {wrong[i].strip()!r} scored {bad:g} "
+                        f"({labels[i]} form)",
                     )
-        half = len(right)
         told[case.task] = told.get(case.task, False) or any(totals[i] > totals[half + i] + EPS for i in range(half))
     report.total_blind = sorted(task for task, ok in told.items() if not ok)
     return report
 
 
-__all__ = ["PairReport", "ReferenceRow", "check_reference_pairs", "pick_rows", "reference_column", "texts"]
+__all__ = [
+    "PairReport",
+    "ReferenceRow",
+    "check_reference_pairs",
+    "form_labels",
+    "pick_rows",
+    "reference_column",
+    "texts",
+]

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import time
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from rl_guards.reward_calls.base import Timer
 
 _PER_ROW_ONLY = ("log_extra", "log_metric")  # TRL's logging callbacks expect whole-batch columns: not per row
 
@@ -35,6 +38,11 @@ class RowErrorLog:
     errors: dict[int, list[RowError]] = field(default_factory=dict)
     failed_whole: dict[int, str] = field(default_factory=dict)  # function raised on every row: its error
     calls: int = 0  # reward calls seen (a fresh call clears the previous call's errors)
+    # each function's call times on the run's own rows (what the checks' deadlines and budgets are measured from)
+    timers: dict[int, Timer] = field(default_factory=dict)
+
+    def timed(self, index: int, rows: int, seconds: float) -> None:
+        self.timers.setdefault(index, Timer()).add(rows, seconds)
 
     def start_call(self, index: int) -> None:
         self.errors.pop(index, None)
@@ -90,10 +98,13 @@ class CatchRowErrors:
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:
         self.log.start_call(self.index)
+        start = time.perf_counter()
         try:
-            return self.__wrapped__(*args, **kwargs)
+            scores = self.__wrapped__(*args, **kwargs)
         except Exception as exc:
             return self._by_row(kwargs, exc)
+        self.log.timed(self.index, len(kwargs.get("completions") or []), time.perf_counter() - start)
+        return scores
 
     def _by_row(self, kwargs: dict[str, Any], exc: BaseException) -> list[float | None]:
         n = len(kwargs.get("completions") or [])
@@ -127,8 +138,11 @@ class _AsyncCatchRowErrors(CatchRowErrors):
 
     async def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:  # type: ignore[override]
         self.log.start_call(self.index)
+        start = time.perf_counter()
         try:
-            return await self.__wrapped__(*args, **kwargs)
+            scores = await self.__wrapped__(*args, **kwargs)
+            self.log.timed(self.index, len(kwargs.get("completions") or []), time.perf_counter() - start)
+            return scores
         except Exception as exc:
             n = len(kwargs.get("completions") or [])
             scores: list[float | None] = []

@@ -37,6 +37,7 @@ from rl_guards.engine.ranks import Ranks
 from rl_guards.errors import ConfigError, GuardError
 from rl_guards.guards.base import Guard
 from rl_guards.guards.registry import BATCH_GUARDS
+from rl_guards.rewards.checked_calls import CheckedCalls
 from rl_guards.trl import context as trl_context
 from rl_guards.trl import state as trl_state
 from rl_guards.trl.log_routing import SignalRouter
@@ -101,6 +102,10 @@ class GuardRun(TrainerCallback):
         if not self.unavailable:  # the context is complete before any guard's setup
             if config.reward_errors.enabled:
                 ctx.reward_error_log = trl_context.catch_reward_errors(trainer)
+            timers = ctx.reward_error_log.timers if ctx.reward_error_log is not None else {}
+            ctx.checked_calls = CheckedCalls(
+                trl_context.reward_callers(trainer, ctx), cap=config.probes.call_timeout, timers=timers
+            )
             ctx.probe_generate = partial(probe_generate, self)
             ctx.all_gather_rows = ranks.all_gather_float_rows
         columns = getattr(ctx.train_dataset, "column_names", None)

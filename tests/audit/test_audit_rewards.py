@@ -86,7 +86,7 @@ CASES: list[tuple[str, str, str, str, set[str]]] = [
     ("verl", "verl_rewards", "wrong_type_score", "verl", {"wrong_type"}),
     ("verl", "verl_rewards", "random_score", "verl", {"nondeterministic"}),
     ("openrlhf", "openrlhf_rewards", "clean_reward_func", "openrlhf", set()),
-    ("openrlhf", "openrlhf_rewards", "clean_tensor_reward_func", "openrlhf", set()),
+    ("openrlhf", "openrlhf_rewards", "clean_tensor_reward_func", "openrlhf", {"wrong_type"}),  # OpenRLHF 0.11
     ("openrlhf", "openrlhf_rewards", "inverted_reward_func", "openrlhf", {"inverted"}),
     ("openrlhf", "openrlhf_rewards", "prefix_reward_func", "openrlhf", {"reads_prefix"}),
     ("openrlhf", "openrlhf_rewards", "suffix_reward_func", "openrlhf", {"reads_suffix"}),
@@ -170,14 +170,21 @@ def test_trl_accuracy_reward_reads_the_thinking_of_a_thinking_policy(data: dict[
     assert {f.kind for f in report.functions[0].findings} == {"reads_thinking"}
 
 
-def test_weighted_total_keeps_a_partial_credit_term_from_being_hackable(data: dict[str, Path]) -> None:
+def test_a_functions_findings_do_not_change_with_the_functions_beside_it(data: dict[str, Path]) -> None:
+    """A partial-credit term that pays a list of candidates is hackable on its own and beside a correctness reward
+    alike; only the weighted total's verdict depends on the mix (here it keeps candidates below a right answer)."""
     hackable = load_function(f"{HERE / 'trl_rewards.py'}:hackable_accuracy")
     clean = load_function(f"{HERE / 'trl_rewards.py'}:clean_accuracy")
     alone = audit_rewards([hackable], str(data["trl"]), probe_rows=6)
-    assert "hackable" in {f.kind for f in alone.functions[0].findings}
     both = audit_rewards([clean, hackable], str(data["trl"]), weights=[1.0, 0.5], probe_rows=6)
-    assert both.exit_code == 0, [f.message for a in both.functions for f in a.findings]
-    assert both.total is not None and both.total.verdict == "ok"
+
+    def kinds(audit: object) -> set[str]:
+        return {f.kind for f in audit.findings if f.severity != "info"}  # type: ignore[attr-defined]
+
+    assert "hackable" in kinds(alone.functions[0])
+    assert kinds(both.functions[1]) == kinds(alone.functions[0]), [f.message for f in both.functions[1].findings]
+    assert kinds(both.functions[0]) == set()
+    assert both.total is not None and both.total.verdict == "ok", [f.message for f in both.total.findings]
     # two terms that both pay a list of candidates: the total pays it as much as a right answer
     other = load_function(f"{HERE / 'trl_rewards.py'}:thinking_accuracy")
     both_bad = audit_rewards([other, hackable], str(data["trl"]), weights=[1.0, 0.5], probe_rows=6)
@@ -355,31 +362,6 @@ def test_the_audit_and_its_help_never_import_torch() -> None:
     assert out.stdout.strip() == ""
 
 
-def test_probe_totals_core() -> None:
-    """The run-level totals shared by the probes' drivers (rl_guards.core.probe_totals), on hand-built variants."""
-    from rl_guards.core.probe_totals import best_total, format_matters, informative, total_hacks, weighted_totals
-    from rl_guards.core.probes import REFERENCE_ALONE, Pair, Variant
-
-    variants = [
-        Variant("prefix", "reference:good@0", "7"),
-        Variant("prefix", "reference:bad@0", "8"),
-        Variant("hackable", "empty answer", ""),
-        Variant("hackable", REFERENCE_ALONE, "7"),
-    ]
-    pairs = [Pair("reference", "7", "8")]
-    scores = {0: [1.0, 0.0, 1.0, 0.5], 1: [0.5, 0.5, None, 0.5]}
-    totals = weighted_totals(variants, scores, [1.0, 2.0, 1.0], fallback={2: -1.0})
-    assert totals == {"reference:good@0": 1.0, "reference:bad@0": 0.0, "empty answer": 0.0, REFERENCE_ALONE: 0.5}
-    assert best_total(0.2, pairs, totals) == 1.0 and best_total(3.0, pairs, totals) == 3.0
-    assert informative(pairs, totals) and not informative(pairs, {**totals, "reference:bad@0": 1.0})
-    assert format_matters(variants, scores) and not format_matters(variants[:3], scores)
-    paid = {**totals, "empty answer": 1.0}
-    hacks = total_hacks(variants, paid, 1.0, 0.0, format_matters=False)
-    assert set(hacks) == {"empty answer"} and hacks["empty answer"] is not None  # the bare reference: not judged
-    assert total_hacks(variants, totals, 1.0, 0.0, format_matters=True) == {"empty answer": None, REFERENCE_ALONE: None}
-    assert total_hacks(variants, paid, 1.0, 1.0, format_matters=False) == {}  # totals tell nothing apart: not judged
-
-
 @pytest.mark.parametrize("thinking", [None, False])
 def test_healthy_graders_of_the_in_run_precision_suite_are_silent(tmp_path: Path, thinking: bool | None) -> None:
     """rl_guards.testing.healthy's graders (the in-run probes' precision suite) on the two-task tiny dataset: every
@@ -474,7 +456,8 @@ def test_a_negative_weight_inverts_the_total(data: dict[str, Path]) -> None:
     clean = load_function(f"{HERE / 'trl_rewards.py'}:clean_accuracy")
     length = load_function(f"{HERE / 'trl_rewards.py'}:clean_length_penalty")
     flipped = audit_rewards([clean, length], str(data["trl"]), weights=[-1.0, 1.0], probe_rows=6)
-    assert [a.verdict for a in flipped.functions] == ["ok", "ok"]
+    messages = [f.message for a in flipped.functions for f in a.findings]
+    assert [a.verdict for a in flipped.functions] == ["ok", "ok"], messages
     assert flipped.total is not None and flipped.total.verdict == "block"
     assert "inverted" in {f.kind for f in flipped.total.findings}
     right = audit_rewards([clean, length], str(data["trl"]), weights=[1.0, 1.0], probe_rows=6)

@@ -69,6 +69,10 @@ def _run(
         **(trainer_args or {}),
         generation_kwargs={"min_new_tokens": 48},  # completions long enough for a text[:64] to matter
     )
+    # the tiny model's steps take a fraction of a second where a real one takes tens: at the default budget (2 % of
+    # the run's time) the probes would not fit into a one-step run (test_probes_keep_within_their_time_budget
+    # checks the budget itself)
+    config = {"budget": 100.0, **config}
     run = rl_guards.install(trainer, {"probes": {"mode": "log", **config}}, guards=[RewardProbeGuard])
     trainer.train()
     return run
@@ -120,7 +124,7 @@ def test_trl_rewards_non_thinking_are_silent(make_grpo_trainer: Any) -> None:
     data = _with_solution(make_dataset(tasks=("arith",), thinking=False))
     overlong = get_soft_overlong_punishment(max_completion_len=48, soft_punish_cache=16)
     run = _run(make_grpo_trainer, [accuracy_reward, overlong], data)
-    assert run.guard("probes").probes_run == 1
+    assert run.guard("probes").rounds >= 1
     assert _kinds(run) == set(), run.summary()
 
 
@@ -134,38 +138,44 @@ def test_trl_rewards_thinking_are_silent(make_grpo_trainer: Any) -> None:
 
 def test_example_rewards_are_silent(make_grpo_trainer: Any) -> None:
     run = _run(make_grpo_trainer, [arith_correct, echo_match, length_penalty], THINKING)
-    assert run.guard("probes").probes_run == 1
+    assert run.guard("probes").rounds >= 1
     assert _kinds(run) == set(), run.summary()
 
 
-@pytest.mark.parametrize(("budget", "expected"), [(1.0, (7, 8)), (0.02, (1,))])
-def test_probes_follow_the_schedule_within_the_budget(
-    make_grpo_trainer: Any, budget: float, expected: tuple[int, ...]
-) -> None:
+@pytest.mark.parametrize("budget", [1.0, 0.02])
+def test_probes_keep_within_their_time_budget(make_grpo_trainer: Any, budget: float) -> None:
+    """The probes' wall time stays within ``budget`` of the run's time on this rank after every batch: at 1.0 they
+    run every ``every_steps``; at 2 % of a tiny CPU run (steps of ~0.1 s) less often or not at all."""
     data = make_dataset(tasks=("arith",), thinking=False)  # one task: no first probe of a new task later
     trainer = make_grpo_trainer(reward_funcs=[arith_correct, echo_match], train_dataset=data, max_steps=16)
-    config = {"probes": {"mode": "log", "every_steps": 2, "budget": budget, "rows": 1}}
+    config = {"probes": {"mode": "log", "every_steps": 2, "budget": budget, "rows": 3}}
     run = rl_guards.install(trainer, config, guards=[RewardProbeGuard])
-    trainer.train()
     guard = run.guard("probes")
-    # one task, one row (the first probe ~50 calls, a later one ~26, the run's 16 a step): the free first probe at
-    # step 0; at budget 1.0 a later one every time its calls fit (nearly every scheduled one); at 2 % none
-    assert guard.probes_run in expected
-    assert guard.extra_calls <= budget * guard.run_calls
-    assert guard.run_calls == 16 * 8 * 2  # 16 batches x 8 rows x 2 functions
+    shares = []
+    original = guard.scan
+
+    def scan(batch: Any) -> Any:
+        out = original(batch)
+        shares.append((guard.spent, guard.elapsed))
+        return out
+
+    guard.scan = scan  # type: ignore[method-assign]
+    trainer.train()
+    assert all(spent <= budget * elapsed + 0.05 for spent, elapsed in shares), shares  # one pass's estimate slack
+    assert (guard.rounds >= 4) if budget == 1.0 else guard.rounds <= 4, guard.rounds
     restored = RewardProbeGuard(run.config)
     restored.load_state_dict(guard.state_dict())
     assert restored.state_dict() == guard.state_dict()
 
 
 def test_later_probes_are_cheaper_and_still_find_the_flaw(make_grpo_trainer: Any) -> None:
-    """A scheduled probe after the first keeps to fewer rows and each function's own answer forms: a fraction of the
-    first probe's calls, and the planted slice is found again (counted twice); the forms survive a resume."""
+    """A probe after the first keeps to fewer rows and each function's own answer forms: a fraction of the first
+    probe's texts, and the planted slice is found again (counted twice); the forms survive a resume."""
     data = make_dataset(tasks=("arith",), thinking=False)  # one task: no first probe of a new task later
-    run = _run(make_grpo_trainer, [sliced_judge_20, arith_correct], data, steps=6, every_steps=3, budget=1.0)
+    run = _run(make_grpo_trainer, [sliced_judge_20, arith_correct], data, steps=6, every_steps=3)
     guard = run.guard("probes")
-    assert guard.probes_run == 2 and guard.extra_calls > 0, run.summary()
-    assert guard.extra_calls < 0.6 * guard.first_calls, (guard.first_calls, guard.extra_calls)  # 96 vs 176
+    assert guard.rounds == 2, run.summary()
+    assert guard.texts[1] < 0.6 * guard.texts[0], guard.texts
     assert run.session.counts[("probes", "reads_prefix:sliced_judge_20")] == 2, run.summary()
     assert guard.forms["arith_correct"] and guard.forms["sliced_judge_20"]
     restored = RewardProbeGuard(run.config)
@@ -183,10 +193,10 @@ def test_a_function_that_fails_on_variants_is_left_out(make_grpo_trainer: Any) -
         return [0.0] * len(completions)
 
     run = _run(make_grpo_trainer, [picky, arith_correct], PLAIN, skip=["arith_correct"])
-    assert run.guard("probes").probes_run == 1 and len(calls) >= 2
+    assert run.guard("probes").rounds >= 1 and len(calls) >= 2
     assert not [f for f in run.findings if f.guard in ("probes", "hook")], run.summary()
     text = run.guard("probes").summary_text()
-    assert "picky: raised on the variants of arith (not judged there)" in text and "extra reward calls" in text
+    assert "picky: raised on the variants of arith (not judged there)" in text and "of the run's time" in text
     assert "arith_correct: not probed (listed in probes.skip)" in text
 
 
@@ -202,7 +212,7 @@ def test_a_format_reward_is_not_blamed_while_nobody_is_right_yet(make_grpo_train
 
     data = make_dataset(tasks=("arith",), thinking=True).rename_column("answer", "expected")
     run = _run(make_grpo_trainer, [correct, think_format_reward], data)
-    assert run.guard("probes").probes_run == 1
+    assert run.guard("probes").rounds >= 1
     assert not [k for k in _kinds(run) if k.startswith("hackable")], run.summary()
 
 
@@ -226,7 +236,7 @@ def test_a_last_number_grader_is_not_hackable_by_an_echo_of_a_prompt_that_ends_w
         }
     )
     run = _run(make_grpo_trainer, [last_number_reward], data)
-    assert run.guard("probes").probes_run == 1
+    assert run.guard("probes").rounds >= 1
     assert _kinds(run) == set(), run.summary()
 
 
@@ -291,7 +301,7 @@ def test_the_copied_xml_format_rewards_are_silent(make_grpo_trainer: Any) -> Non
         }
     )
     run = _run(make_grpo_trainer, XML_REWARDS, data, trainer_args={"chat_template_kwargs": {"enable_thinking": False}})
-    assert run.guard("probes").probes_run == 1
+    assert run.guard("probes").rounds >= 1
     assert _kinds(run) == set(), run.summary()
 
 

@@ -1,6 +1,7 @@
 # ruff: noqa: B905  (written as users write them)
 """OpenRLHF ``--remote_rm_url reward.py`` functions as its users write them: ``reward_func(queries, prompts,
-labels)`` with ``queries`` = prompt + response, returning a tensor or a dict with ``rewards``."""
+labels)`` with ``queries`` = prompt + response, returning a dict with ``rewards`` (OpenRLHF 0.11 reads the result
+with ``.get``: a bare tensor, the older convention, trains with reward None there)."""
 
 import random
 import re
@@ -26,6 +27,7 @@ def clean_reward_func(queries, prompts, labels):
 
 
 def clean_tensor_reward_func(queries, prompts, labels):
+    """The pre-0.11 convention: a bare tensor (OpenRLHF 0.11 logs the .get error and trains with reward None)."""
     return torch.tensor([float(_final(q[len(p):]) == str(label)) for q, p, label in zip(queries, prompts, labels)])
 
 
@@ -75,13 +77,14 @@ def nan_reward_func(queries, prompts, labels):
     for q, p, label in zip(queries, prompts, labels):
         final = _final(q[len(p):])
         out.append(float(final == str(label)) if "boxed" in q else float("nan"))
-    return torch.tensor(out)
+    return {"rewards": torch.tensor(out)}
 
 
 def random_reward_func(queries, prompts, labels):
     base = clean_tensor_reward_func(queries, prompts, labels)
-    return base + torch.tensor([random.random() * 0.1 for _ in queries])
+    return {"rewards": base + torch.tensor([random.random() * 0.1 for _ in queries])}
 
 
 def suffix_reward_func(queries, prompts, labels):
-    return torch.tensor([float(str(label) in _NUMBER.findall(q[-80:])) for q, label in zip(queries, labels)])
+    out = [float(str(label) in _NUMBER.findall(q[-80:])) for q, label in zip(queries, labels)]
+    return {"rewards": torch.tensor(out)}

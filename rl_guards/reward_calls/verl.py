@@ -1,0 +1,88 @@
+"""verl's call of a ``compute_score``, argument for argument (verl 0.9: ``NaiveRewardManager.__call__``, the reward
+loop's ``run_single``; ``BatchRewardManager.verify`` for batched scorers).
+
+Per sample::
+
+    extra_info = row's extra_info (or {}); extra_info["num_turns"] = None; extra_info["rollout_reward_scores"] = {}
+    score = compute_score(data_source=..., solution_str=<response decoded, special tokens skipped>,
+                          ground_truth=row["reward_model"]["ground_truth"], extra_info=extra_info)
+    reward = score["score"] if isinstance(score, dict) else score
+
+A batched scorer gets ``compute_score(data_sources=[...], solution_strs=[...], ground_truths=[...],
+extra_infos=[...])`` and returns a list. Every keyword is passed, as verl passes it: a ``compute_score`` without an
+``extra_info`` parameter (and no ``**kwargs``) raises in verl and raises here. Async scorers are awaited.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+from rl_guards.reward_calls.base import CallRow, Tracked, gather, params, resolve, score_value
+
+BATCH_PARAMS = frozenset({"data_sources", "solution_strs", "ground_truths"})
+
+
+def is_batched(fn: Any) -> bool:
+    """A ``BatchRewardManager`` scorer (plural argument names)."""
+    return BATCH_PARAMS <= set(params(fn))
+
+
+def _extra(row: CallRow) -> Any:
+    extra = row.columns.get("extra_info", {})
+    extra = {} if extra is None and "extra_info" not in row.columns else copy.deepcopy(extra)
+    return extra
+
+
+class VerlCaller:
+    """One ``compute_score``, called as verl's reward managers call it (see the module doc). ``data_source`` and
+    ``extra_info`` come from the row's columns (``reward_fn_key`` names the source column, as in verl's config)."""
+
+    framework = "verl"
+
+    def __init__(self, fn: Any, *, reward_fn_key: str = "data_source") -> None:
+        self.fn = fn
+        self.reward_fn_key = reward_fn_key
+        self.batched = is_batched(fn)
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+
+    def __call__(self, rows: Sequence[CallRow], texts: Sequence[str], *, tracked: Tracked | None = None) -> list[Any]:
+        solutions = tracked if tracked is not None else Tracked()
+        solutions.extend(texts)
+        if self.batched:
+            extras = []
+            for row in rows:
+                extra = _extra(row)
+                extra["rollout_reward_scores"] = {}  # verl sets it on each row's dict (a None extra_info raises)
+                extras.append(extra)
+            scores = resolve(
+                self.fn(
+                    data_sources=[row.columns.get(self.reward_fn_key) for row in rows],
+                    solution_strs=solutions,
+                    ground_truths=[row.reference for row in rows],
+                    extra_infos=extras,
+                )
+            )
+            if hasattr(scores, "tolist") and not isinstance(scores, list | tuple):
+                scores = scores.tolist()
+            if len(scores) != len(texts):
+                raise ValueError(f"returned {len(scores)} scores for {len(texts)} solutions")
+            return [score_value(s, dict_key="score") for s in scores]
+        values = []
+        for i, row in enumerate(rows):
+            extra = _extra(row)
+            extra["num_turns"] = None  # verl sets both on the row's extra_info (a None extra_info raises there)
+            extra["rollout_reward_scores"] = {}
+            values.append(
+                self.fn(
+                    data_source=row.columns.get(self.reward_fn_key),
+                    solution_str=solutions[i],
+                    ground_truth=row.reference,
+                    extra_info=extra,
+                )
+            )
+        return [score_value(v, dict_key="score") for v in gather(values)]
+
+
+__all__ = ["VerlCaller", "is_batched"]
