@@ -89,7 +89,7 @@ def audit_rewards(
     rows: int = 200,
     probe_rows: int = 12,
     repeat_rows: int = 8,
-    timeout: float | None = 10.0,
+    timeout: float | None = 60.0,
     batch_size: int = 256,
     slow_step_s: float = 10.0,
     input_key: str = "input",
@@ -97,14 +97,16 @@ def audit_rewards(
     reference: str | None = None,
     thinking: bool | None = None,
     progress: bool = False,
+    status: Any = None,
 ) -> AuditReport:
     """Audit reward functions (callables, verifiers rubrics, or ``file.py:fn`` / ``pkg.mod:fn``) on a dataset.
 
     ``weights``: one per reward (the weighted total is audited too); ``framework``: force a calling convention;
     ``completions``: a file of completions (else ``model`` samples, else built from the references); ``timeout``:
-    seconds per call; ``batch_size``: completions per training step for the projected step time; ``slow_step_s``:
-    projected seconds per step above which a function is ``slow``; ``thinking``: the policy writes a think block
-    (None: as the completions do; built completions come both ways). ConfigError when it cannot check.
+    seconds any one call may take; ``status(phase)``: told each check as it starts; ``batch_size``: completions per
+    training step for the projected step time; ``slow_step_s``: projected seconds per step above which a function is
+    ``slow``; ``thinking``: the policy writes a think block (None: as the completions do; built completions come
+    both ways). ConfigError when it cannot check.
     """
     start = time.perf_counter()
     costs: dict[str, float] = {}
@@ -150,6 +152,8 @@ def audit_rewards(
     costs["load"] = time.perf_counter() - start
 
     def timed(name: str, check: Any) -> Any:
+        if status is not None:
+            status(name)
         tick = time.perf_counter()
         try:
             return check()

@@ -1,6 +1,12 @@
 """``rl-guards audit-rewards REWARD [REWARD ...] --dataset DATA``: check reward functions on a dataset's rows on a
 CPU before a GPU hour (what each verdict means: ``docs/audit.md``). Exit 0: no warn/block finding; 1: one; 2: it
-could not check (a function that cannot be loaded, a dataset that cannot be read, nothing to score)."""
+could not check (a function that cannot be loaded, a dataset that cannot be read, nothing to score, or the reward
+code ended the audit's process).
+
+The audit runs the user's code in a process of its own (:mod:`rl_guards.audit.worker`) whose standard output goes to
+standard error: a ``print`` in a reward function (or in a process pool it starts) never mixes into ``--json``, and a
+crash, a killed process pool or an ``os._exit`` in the user's code becomes exit 2 with the cause and the check that
+was running, never a silent exit."""
 
 from __future__ import annotations
 
@@ -38,7 +44,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--input-key", default="input", help="OpenRLHF prompt column (default input)")
     parser.add_argument("--label-key", default="label", help="OpenRLHF label column (default label)")
     parser.add_argument("--probe-rows", type=int, default=12, help="rows the variant probes use (default 12)")
-    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per completion scored (default 10)")
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="seconds any one call of a function may take (default 60; a process pool's start-up "
+                        "counts in its first call)")
     parser.add_argument("--batch-size", type=int, default=256,
                         help="completions per training step, for the projected reward seconds per step (default 256)")
     parser.add_argument("--slow-step-s", type=float, default=10.0,
@@ -48,10 +56,18 @@ def register(subparsers: Any) -> None:
                         "completions come both ways)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--html", default=None, metavar="OUT", help="also write an HTML report to OUT")
-    parser.set_defaults(func=cmd_audit)
+    parser.set_defaults(func=cmd_audit, argv=None)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
+    """Run the audit in a worker process (see the module doc) and hand on its output and exit code."""
+    from rl_guards.audit.worker import run_isolated
+
+    return run_isolated(args.argv)
+
+
+def audit_here(args: argparse.Namespace, status: Any = None) -> tuple[int, str]:
+    """The audit in this process: (exit code, what to print). ``status(phase)`` is told each check as it starts."""
     from rl_guards.audit import audit_rewards
     from rl_guards.audit.render import render_html, render_json, render_text
     from rl_guards.errors import ConfigError
@@ -77,12 +93,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
             reference=args.reference,
             thinking={"auto": None, "on": True, "off": False}[args.thinking],
             progress=True,
+            status=status,
         )
     except ConfigError as exc:
         print(f"rl-guards audit-rewards: could not check: {exc}", file=sys.stderr)
-        return 2
-    print(render_json(report) if args.json else render_text(report))
+        return 2, ""
     if args.html:
         Path(args.html).write_text(render_html(report), encoding="utf-8")
         print(f"wrote {args.html}", file=sys.stderr)
-    return report.exit_code
+    return report.exit_code, render_json(report) if args.json else render_text(report)

@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         return launch(argv[1:])
     parser = build_parser()
     args = parser.parse_args(_normalise(argv))
+    if hasattr(args, "argv"):  # a command that runs itself again in a worker process (audit-rewards)
+        args.argv = _normalise(argv)
     return int(args.func(args) or 0)
 
 

@@ -8,9 +8,11 @@ Per sample::
                           ground_truth=row["reward_model"]["ground_truth"], extra_info=extra_info)
     reward = score["score"] if isinstance(score, dict) else score
 
-A batched scorer gets ``compute_score(data_sources=[...], solution_strs=[...], ground_truths=[...],
-extra_infos=[...])`` and returns a list. Every keyword is passed, as verl passes it: a ``compute_score`` without an
-``extra_info`` parameter (and no ``**kwargs``) raises in verl and raises here. Async scorers are awaited.
+A batched scorer gets ``compute_score(data_sources=[...], solution_strs=[...],
+ground_truths=[...], extra_infos=[...])`` and returns a list. A per-source scorer of ``verl.utils.reward_score``
+(``gsm8k.compute_score(solution_str, ground_truth)``) is called as ``default_compute_score`` calls it. Every keyword
+is passed, as verl passes it: a ``compute_score`` without an ``extra_info`` parameter (and no ``**kwargs``) raises in
+verl and raises here. Async scorers are awaited.
 """
 
 from __future__ import annotations
@@ -22,6 +24,17 @@ from typing import Any
 from rl_guards.reward_calls.base import CallRow, Tracked, gather, params, resolve, score_value
 
 BATCH_PARAMS = frozenset({"data_sources", "solution_strs", "ground_truths"})
+
+
+def is_routed(fn: Any) -> bool:
+    """One of verl's per-source scorers (``verl.utils.reward_score.gsm8k.compute_score(solution_str, ground_truth)``):
+    verl calls it through ``default_compute_score``, positionally, never with ``data_source``. (A user's function of
+    that shape set as ``custom_reward_function`` gets verl's keywords, and raises on them: it is not routed.)"""
+    found = params(fn)
+    if any(p.kind is p.VAR_KEYWORD for p in found.values()) or "data_source" in found:
+        return False
+    module = getattr(fn, "__module__", "") or ""
+    return module.startswith("verl.utils.reward_score") and len(found) >= 2
 
 
 def is_batched(fn: Any) -> bool:
@@ -45,6 +58,7 @@ class VerlCaller:
         self.fn = fn
         self.reward_fn_key = reward_fn_key
         self.batched = is_batched(fn)
+        self.routed = is_routed(fn)  # called as default_compute_score calls it: (solution_str, ground_truth)
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
 
     def __call__(self, rows: Sequence[CallRow], texts: Sequence[str], *, tracked: Tracked | None = None) -> list[Any]:
@@ -69,6 +83,9 @@ class VerlCaller:
             if len(scores) != len(texts):
                 raise ValueError(f"returned {len(scores)} scores for {len(texts)} solutions")
             return [score_value(s, dict_key="score") for s in scores]
+        if self.routed:
+            return [score_value(v, dict_key="score") for v in
+                    gather([self.fn(solutions[i], row.reference) for i, row in enumerate(rows)])]  # fmt: skip
         values = []
         for i, row in enumerate(rows):
             extra = _extra(row)
@@ -85,4 +102,4 @@ class VerlCaller:
         return [score_value(v, dict_key="score") for v in gather(values)]
 
 
-__all__ = ["VerlCaller", "is_batched"]
+__all__ = ["VerlCaller", "is_batched", "is_routed"]
