@@ -1,8 +1,8 @@
 """Reward code that prints, starts a spawn process pool, or takes its process down: the audit command must keep its
 output and exit codes whatever the user's code does."""
 
-import os
 import multiprocessing
+import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 
