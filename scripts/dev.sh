@@ -18,6 +18,13 @@ setup() {
   # torch first and pinned: 2.13.0 is the CPU wheel; an unpinned spec can pull a multi-GB CUDA build.
   "$VENV/bin/python" -m pip install -q "torch==2.13.0"
   "$VENV/bin/python" -m pip install -q -e ".[dev]"
+  frameworks "$VENV"
+}
+
+frameworks() {
+  # OpenRLHF's reward executor, which the audit's OpenRLHF caller is checked against: its package pins vLLM-era
+  # versions (deepspeed, ray, transformers 5.15) that its executor does not need, so it goes in without them.
+  "$1/bin/python" -m pip install -q --no-deps "openrlhf==0.11.2"
 }
 
 OLDEST_VENV=${OLDEST_VENV:-.venv-trl-oldest}
@@ -30,6 +37,7 @@ setup_oldest() {
   "$OLDEST_VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
   "$OLDEST_VENV/bin/python" -m pip install -q "torch==2.13.0"
   "$OLDEST_VENV/bin/python" -m pip install -q -e ".[dev]" "${OLDEST_PINS[@]}"
+  frameworks "$OLDEST_VENV"
 }
 
 stack() {

@@ -71,7 +71,7 @@ def caller(fn: Any, framework: str, **options: Any) -> Any:
     if framework == "openrlhf":
         from rl_guards.reward_calls.openrlhf import OpenRLHFCaller
 
-        return OpenRLHFCaller(fn)
+        return OpenRLHFCaller(fn, **options)
     if framework == "verifiers":
         from rl_guards.reward_calls.verifiers import VerifiersCaller
 

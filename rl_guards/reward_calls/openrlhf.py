@@ -50,19 +50,22 @@ def reward_of(info: Any) -> float | None:
 
 
 class OpenRLHFCaller:
-    """One ``reward_func(queries, prompts, labels)``, called as OpenRLHF calls it (see the module doc)."""
+    """One ``reward_func(queries, prompts, labels)``, called as OpenRLHF calls it (see the module doc).
+    ``eos_text``: the end-of-turn token's text, which OpenRLHF's decode keeps at the end of each query (without a
+    tokenizer the audit does not know it, and leaves it out)."""
 
     framework = "openrlhf"
 
-    def __init__(self, fn: Any) -> None:
+    def __init__(self, fn: Any, *, eos_text: str = "") -> None:
         self.fn = fn
+        self.eos_text = eos_text
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
 
     def __call__(self, rows: Sequence[CallRow], texts: Sequence[str], *, tracked: Tracked | None = None) -> list[Any]:
         queries = tracked if tracked is not None else Tracked()
         for row, text in zip(rows, texts, strict=True):
             rendered = row.rendered_prompt if row.rendered_prompt is not None else prompt_text(row.prompt)
-            queries.append(rendered + text)
+            queries.append(rendered + text + self.eos_text)
         out = []
         for i, row in enumerate(rows):
             prompt = row.rendered_prompt if row.rendered_prompt is not None else prompt_text(row.prompt)
