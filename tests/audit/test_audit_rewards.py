@@ -72,6 +72,10 @@ CASES: list[tuple[str, str, str, str, set[str]]] = [
     ("trl", "trl_rewards", "wrong_count_accuracy", "trl", {"wrong_type"}),
     ("trl", "trl_rewards", "random_accuracy", "trl", {"nondeterministic"}),
     ("trl", "trl_rewards", "nan_accuracy", "trl_string", {"nan"}),
+    # issue 39: called as TRL calls it (completion_ids passed; no keyword dropped); a first-line reader found
+    ("trl", "trl_rewards", "inverted_by_ids", "trl", {"inverted"}),
+    ("trl", "trl_rewards", "first_line_accuracy", "trl", {"reads_prefix"}),
+    ("trl", "trl_rewards", "missing_kwargs_accuracy", "trl", {"raises"}),
     ("verl", "verl_rewards", "clean_compute_score", "verl", set()),
     ("verl", "verl_rewards", "clean_dict_score", "verl", set()),
     ("verl", "verl_rewards", "clean_async_score", "verl", set()),
@@ -85,6 +89,10 @@ CASES: list[tuple[str, str, str, str, set[str]]] = [
     ("verl", "verl_rewards", "nan_score", "verl", {"nan"}),
     ("verl", "verl_rewards", "wrong_type_score", "verl", {"wrong_type"}),
     ("verl", "verl_rewards", "random_score", "verl", {"nondeterministic"}),
+    # issue 39: verl's batched signature, a GSM8K-style #### grader inverted, a compute_score verl would crash on
+    ("verl", "verl_rewards", "clean_batched_score", "verl", set()),
+    ("verl", "verl_rewards", "inverted_hash_score", "verl", {"inverted"}),
+    ("verl", "verl_rewards", "no_extra_info_score", "verl", {"raises"}),
     ("openrlhf", "openrlhf_rewards", "clean_reward_func", "openrlhf", set()),
     ("openrlhf", "openrlhf_rewards", "clean_tensor_reward_func", "openrlhf", {"wrong_type"}),  # OpenRLHF 0.11
     ("openrlhf", "openrlhf_rewards", "inverted_reward_func", "openrlhf", {"inverted"}),

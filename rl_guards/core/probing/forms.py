@@ -6,8 +6,9 @@ worked solution ending in one. The probes need the final answer alone (:func:`fi
 a whole solution still contains the right answer wherever it is put, so nothing it scores is attributable.
 
 Forms (:data:`FORMS`), the ways graders find an answer: ``bare`` (the answer alone), ``stated`` ("The answer is
-X."), ``boxed`` (``\\boxed{X}``), ``hash`` (GSM8K's ``#### X``, numbers only), ``tagged`` (``<answer>X</answer>``),
-``latex`` (``$X$``), ``last_line`` (a line of reasoning, then the answer alone on the last line).
+X."), ``labelled`` ("Answer: X", as DAPO-style prompts ask), ``boxed`` (``\\boxed{X}``), ``hash`` (GSM8K's ``#### X``,
+numbers only), ``tagged`` (``<answer>X</answer>``), ``latex`` (``$X$``), ``last_line`` (a line of reasoning, then the
+answer alone on the last line).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 FORMS: dict[str, str] = {
     "bare": "{}",
     "stated": "The answer is {}.",
+    "labelled": "Answer: {}",
     "boxed": "\\boxed{{{}}}",
     "hash": "#### {}",
     "tagged": "<answer>{}</answer>",

@@ -241,7 +241,8 @@ def probe_row(
         for form in told_forms[:CUT_FORMS] if fn.plan.check_prefix else ():
             wanted += cut_variants(by_form[form], shape, lengths)
         for form in told_forms if fn.plan.check_thinking else ():  # which form it finds in a block is its own
-            wanted += thinking_variants(by_form[form], shape, unread=blind[0].bad if blind else None)
+            other = next((by_form[f].bad for f in told_forms if f != form), None)
+            wanted += thinking_variants(by_form[form], shape, cross=other, unread=blind[0].bad if blind else None)
         if fn.plan.check_thinking and blind:
             wanted += thinking_variants(blind[0], shape, alone=True)
         for form in told_forms:  # the answers again: a score that moves between calls is noise or its batch's
@@ -479,8 +480,9 @@ def _totals(
 
     candidates: list[tuple[float, dict[int, float]]] = []  # (total, each function's share) of right answers
     worst: list[float] = []
+    sides = ("", "-block") if view.shape.markup is not None else ("",)
     for pair in shared:
-        for side in ("", "-block") if view.shape.block else ("",):
+        for side in sides:
             good = Variant(BASE, _text_of(fns, pair.form, "good" + side), pair.form, "good" + side)
             bad = Variant(BASE, _text_of(fns, pair.form, "bad" + side), pair.form, "bad" + side)
             candidates.append((total(good), {f: score_of(f, good) for f in range(count)}))
@@ -499,7 +501,7 @@ def _totals(
     # total pays; the other degenerate completions only where the total tells right from wrong written alike (the
     # same form, block or not): else what it pays them says nothing about answers (a format term alone pays every
     # well-formed text the same).
-    informative = any(abs(g) > EPS for g in _same_shape_gaps(fns, shared, total, view.shape.block))
+    informative = any(abs(g) > EPS for g in _same_shape_gaps(fns, shared, total, view.shape.markup is not None))
     judged = [v.side for v in hacks if (v.side in PADDING or informative) and (v.side != REFERENCE_ALONE or matters)]
     found = total_hacks(
         [v for v in hacks if v.probe == HACKABLE and v.side in judged],

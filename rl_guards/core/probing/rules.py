@@ -172,16 +172,20 @@ def _thinking(ps: _PairScores) -> Finding | None:
         g0 = ps.gap(BASE, 0)
     if g0 is None or abs(g0) <= EPS:
         return None
-    for probe, suffix in ((THINKING, ""), (FALLBACK, "-fallback")):
+    cases = (  # the same form after the block; another form it reads, but ranks below the block's; one it does not
+        (THINKING, "", ""),
+        (FALLBACK, "-cross", " (written in another form it reads, which it ranks lower)"),
+        (FALLBACK, "-fallback", " (written in a form it does not read)"),
+    )
+    for probe, suffix, how in cases:
         leak, control = ps.get(THINKING, "leak" + suffix), ps.get(THINKING, "control" + suffix)
         if leak is None or control is None or not told(leak - control, g0):
             continue
-        how = "" if probe == THINKING else " (written in a form it does not read)"
         what = (
             "it reads the thinking, not only the answer"
             if probe == THINKING
-            else "when the answer after the block is not in its form it grades the thinking instead (a fallback: "
-            "the thinking is scored only for completions without an answer it can read)"
+            else "when the answer after the block is not in the form it looks for first, it grades the thinking "
+            "instead (a fallback: the thinking is scored only for completions without an answer in that form)"
         )
         return Finding(
             probe,

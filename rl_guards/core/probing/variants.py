@@ -192,13 +192,14 @@ def cuts(longest: int) -> list[int]:
 
 
 def bases(pair: Pair, shape: Shape) -> list[Variant]:
-    """The pair as it is: the answers alone, and after a one-line block where the row thinks (a real pair also
-    with its best answer's digits moved)."""
+    """The pair as it is: the answers alone, and after a one-line block where the run has a markup (a real pair
+    also with its best answer's digits moved)."""
     out = [Variant(BASE, pair.good, pair.form, "good"), Variant(BASE, pair.bad, pair.form, "bad")]
-    if shape.block:
+    if shape.markup is not None:  # also where the row does not think: a run may pay the block all the same
+        block = Shape(True, shape.markup, shape.prompt_opened)
         out += [
-            Variant(BASE, shaped(shape, "", pair.good), pair.form, "good-block"),
-            Variant(BASE, shaped(shape, "", pair.bad), pair.form, "bad-block"),
+            Variant(BASE, shaped(block, "", pair.good), pair.form, "good-block"),
+            Variant(BASE, shaped(block, "", pair.bad), pair.form, "bad-block"),
         ]
     if pair.swap:
         out.append(Variant(BASE, shaped(shape, "", pair.swap), pair.form, "swap"))
@@ -246,12 +247,15 @@ def _stated(answer: str) -> str:
     return f"{filler(64)}\n{answer}"
 
 
-def thinking_variants(pair: Pair, shape: Shape, *, alone: bool = False, unread: str | None = None) -> list[Variant]:
+def thinking_variants(
+    pair: Pair, shape: Shape, *, alone: bool = False, cross: str | None = None, unread: str | None = None
+) -> list[Variant]:
     """Where the row thinks: the wrong answer after a block stating the right one (``leak``) and after a block
-    stating another wrong one as long as it (``control``); with ``unread`` (the wrong answer written in a form the
-    function does not read), the same blocks before it (``leak-fallback``/``control-fallback``: a grader that falls
-    back to the thinking when the answer is not in its form); with ``alone``, the blocks with no answer after them
-    (a judge of the thinking alone)."""
+    stating another wrong one as long as it (``control``). The same blocks before the wrong answer written in
+    another form the function reads (``cross``: ``leak-cross``/``control-cross``: a grader that prefers one form
+    wherever it is), and in a form it does not read (``unread``: ``leak-fallback``/``control-fallback``: a grader
+    that falls back to the thinking when the answer is not in its form); with ``alone``, the blocks with no answer
+    after them (a judge of the thinking alone)."""
     if not shape.block or not pair.control:
         return []
     markup, opened = shape.markup, shape.prompt_opened
@@ -264,7 +268,12 @@ def thinking_variants(pair: Pair, shape: Shape, *, alone: bool = False, unread: 
 
     if alone:
         return both("", "-alone")
-    return both(pair.bad, "") + (both(unread, "-fallback") if unread is not None else [])
+    out = both(pair.bad, "")
+    if cross is not None:
+        out += both(cross, "-cross")
+    if unread is not None:
+        out += both(unread, "-fallback")
+    return out
 
 
 def _candidates(right: str, wrong: str) -> str:

@@ -82,3 +82,19 @@ async def clean_async_judge(prompts, completions, answer, **kwargs):
 
     await asyncio.sleep(0)  # an API judge's round trip
     return clean_accuracy(completions, answer)
+
+
+def inverted_by_ids(completions, completion_ids, answer, **kwargs):
+    """Reads completion_ids (TRL passes them): a length-normalised score, its sign flipped."""
+    return [-r / max(len(ids), 1) for r, ids in zip(clean_accuracy(completions, answer), completion_ids)]
+
+
+def first_line_accuracy(completions, answer, **kwargs):
+    """Only the first line: never the answer after a think block."""
+    return [1.0 if str(a) in _NUMBER.findall(_text(c).strip().split("\n")[0]) else 0.0
+            for c, a in zip(completions, answer)]
+
+
+def missing_kwargs_accuracy(completions, answer):
+    """No **kwargs: TRL passes prompts, completion_ids, trainer_state, ... and the call raises there."""
+    return clean_accuracy(completions, answer)

@@ -101,3 +101,19 @@ def slow_score(data_source, solution_str, ground_truth, extra_info=None):
 def hanging_score(data_source, solution_str, ground_truth, extra_info=None):
     time.sleep(5)
     return 0.0
+
+
+def clean_batched_score(data_sources, solution_strs, ground_truths, extra_infos, **kwargs):
+    """A BatchRewardManager scorer: lists in, a list out."""
+    return [clean_compute_score(d, s, g) for d, s, g in zip(data_sources, solution_strs, ground_truths)]
+
+
+def inverted_hash_score(data_source, solution_str, ground_truth, extra_info=None):
+    """GSM8K-style (#### X only), its sign flipped."""
+    match = re.search(r"####\s*(-?[0-9.,]+)", solution_str)
+    return -1.0 if match and match.group(1).replace(",", "") == str(ground_truth) else 0.0
+
+
+def no_extra_info_score(data_source, solution_str, ground_truth):
+    """No extra_info parameter: verl passes it, and the call raises there."""
+    return clean_compute_score(data_source, solution_str, ground_truth)
