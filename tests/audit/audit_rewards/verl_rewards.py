@@ -1,3 +1,4 @@
+# ruff: noqa: B905  (written as users write them)
 """verl custom reward functions as verl users write them (``custom_reward_function.path`` / ``.name``):
 ``compute_score(data_source, solution_str, ground_truth, extra_info=None)`` returning a float or a dict with
 ``score``. ``clean_*`` are healthy; every other one plants one failure (its name says which)."""
