@@ -16,15 +16,9 @@ from typing import Any
 from rl_guards.audit.checks import call_row, progress, shown
 from rl_guards.audit.data import AuditRow
 from rl_guards.audit.functions import AuditedFunction, Dead, Finding
-from rl_guards.core.probing.procedure import (
-    RAISED,
-    STALLED,
-    FunctionPlan,
-    RowResult,
-    RowView,
-    ScoreFailed,
-    run_rows,
-)
+from rl_guards.core.probing.calls import RAISED, STALLED, FunctionPlan
+from rl_guards.core.probing.procedure import RowResult, RowView
+from rl_guards.core.probing.runner import ScoreFailed, run_rows
 from rl_guards.core.probing.tally import Tally, findings_of, quorum
 from rl_guards.core.probing.variants import FALLBACK, HACKABLE, PREFIX, SUFFIX, THINKING, Shape, split
 from rl_guards.core.think_markup import THINK

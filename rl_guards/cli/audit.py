@@ -3,7 +3,7 @@ CPU before a GPU hour (what each verdict means: ``docs/audit.md``). Exit 0: no w
 could not check (a function that cannot be loaded, a dataset that cannot be read, nothing to score, or the reward
 code ended the audit's process).
 
-The audit runs the user's code in a process of its own (:mod:`rl_guards.audit.worker`) whose standard output goes to
+The audit runs the user's code in a process of its own (:mod:`rl_guards.cli.audit_worker`) whose standard output goes to
 standard error: a ``print`` in a reward function (or in a process pool it starts) never mixes into ``--json``, and a
 crash, a killed process pool or an ``os._exit`` in the user's code becomes exit 2 with the cause and the check that
 was running, never a silent exit."""
@@ -61,7 +61,7 @@ def register(subparsers: Any) -> None:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     """Run the audit in a worker process (see the module doc) and hand on its output and exit code."""
-    from rl_guards.audit.worker import run_isolated
+    from rl_guards.cli.audit_worker import run_isolated
 
     return run_isolated(args.argv)
 

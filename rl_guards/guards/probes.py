@@ -16,29 +16,20 @@ import numpy as np
 from rl_guards.chat.markup import markup_from_config
 from rl_guards.config import ProbesConfig
 from rl_guards.core.batch import RolloutBatch
-from rl_guards.core.probing.procedure import RAISED, STALLED, FunctionPlan, RowView, ScoreFailed, run_rows
+from rl_guards.core.probing.calls import RAISED, STALLED, FunctionPlan
+from rl_guards.core.probing.procedure import RowView
+from rl_guards.core.probing.runner import ScoreFailed, run_rows
 from rl_guards.core.probing.tally import Tally, decode, encode, findings_of
-from rl_guards.core.probing.variants import FALLBACK, HACKABLE, PREFIX, SUFFIX, THINKING
+from rl_guards.core.probing.variants import FALLBACK
 from rl_guards.errors import RewardProbeError
-from rl_guards.guards import probe_views
+from rl_guards.guards import probe_report, probe_views
 from rl_guards.guards.base import Guard, Reporter
+from rl_guards.guards.probe_report import KINDS
 from rl_guards.rewards.checked_calls import Stalled
 from rl_guards.rewards.slicing import drain_watched
 
 LATER_ROWS = 4  # rows per task of a probe after the first (a verdict needs 3 of them, from 2 groups)
 TEXTS_PER_ROW = 120  # texts a function scores per probed row (both passes), for the cost estimate
-_KINDS = {PREFIX: "reads_prefix", SUFFIX: "reads_suffix", THINKING: "reads_thinking", HACKABLE: "hackable"}
-_FIXES = {
-    PREFIX: "Fix: remove the slice (or the start anchor) before scoring, or list the function in probes.prefix_ok "
-    "if it is meant to read only the start.",
-    SUFFIX: "Fix: remove the slice of the end (text[-N:]) before scoring, or list the function in probes.prefix_ok "
-    "if it is meant to read only the end.",
-    THINKING: "Fix: score the answer after the think block only (rl_guards.rewards.blind_judge does it for any "
-    "judge), or list the function in probes.process_rewards if it is meant to grade the reasoning.",
-    HACKABLE: "Fix: make the function check what it pays for (the expected format, the reference answer), cap a "
-    "shaping term below the correctness gap, or add a reward that keeps such completions below real answers; a "
-    "policy finds this within a few hundred steps.",
-}
 
 
 class RewardProbeGuard(Guard):
@@ -226,96 +217,21 @@ class RewardProbeGuard(Guard):
             for r in probed:
                 tally.add_mask(r, batch.group_of(r), fn, masks[r])
                 if decode(masks[r], STALLED)[0]:
-                    self._stalled(batch, report, fn, r)
+                    probe_report.stalled(self, batch, report, fn, r)
         total = 0
         for verdict in tally.verdicts(list(functions)):
             total += 1
             fname, probe = batch.reward_names[verdict.fn], verdict.probe
-            message = self._message(batch, list(verdict.found), list(verdict.tried), fname, verdict.key)
+            message = probe_report.message(self, batch, list(verdict.found), list(verdict.tried), fname, verdict.key)
             if probe == FALLBACK:  # the thinking graded only where the answer has none it reads: not an alarm
                 continue
-            report.violation(f"{_KINDS[probe]}:{fname}", message, RewardProbeError, rows=[verdict.found[0]])
+            report.violation(f"{KINDS[probe]}:{fname}", message, RewardProbeError, rows=[verdict.found[0]])
         report.metric("findings", float(total))
-        self._cover(batch, probed, feats)
-
-    def _stalled(self, batch: RolloutBatch, report: Reporter, fn: int, row: int) -> None:
-        fname = batch.reward_names[fn]
-        detail = self._detail(batch, row, fname, STALLED) or "(on another rank)"
-        report.violation(
-            f"stalled:{fname}",
-            f"reward function {fname!r} ran past its deadline on a probe's call and is left out of later probes (the "
-            f"run's own calls are not affected): {detail}. Fix: give the function a timeout of its own (a judge's "
-            "HTTP call, a sandbox), or list it in probes.skip.",
-            RewardProbeError,
-            rows=[row],
-        )
-
-    def _detail(self, batch: RolloutBatch, row: int, fname: str, key: str) -> str | None:
-        text = batch.evidence.get((self.name, row))
-        if text is None and batch.holds(row):
-            text = self.row_evidence(batch, row)
-        for d in json.loads(text) if text else []:
-            if d["function"] == fname and d["key"] == key:
-                return str(d["detail"])
-        return None
-
-    def _message(self, batch: RolloutBatch, found: list[int], tried: list[int], fname: str, key: str) -> str:
-        row = found[0]
-        detail = self._detail(batch, row, fname, key) or "(on another rank)"
-        prompt = probe_views.prompt_text(batch.prompts[row]) if row < len(batch.prompts) else ""
-        probe = HACKABLE if key not in _KINDS and key != FALLBACK else key
-        fix = _FIXES.get(THINKING if probe == FALLBACK else probe, "")
-        return (
-            f"reward function {fname!r} {detail}.\n  seen on {len(found)} of the {len(tried)} rows probed for this "
-            f"({len({batch.group_of(r) for r in found})} group(s)); e.g. row {row} (task {batch.tasks[row]!r}, step "
-            f"{batch.step}), prompt: {(prompt or '')[-160:]!r}\n  {fix}"
-        )
-
-    def _cover(self, batch: RolloutBatch, probed: list[int], feats: dict[str, Any]) -> None:
-        """What the probes covered: per function, rows scored per task, tasks it raised or stalled on, tasks it
-        returned None on (not its task)."""
-        cov = self.coverage or {"steps": [], "functions": {}}
-        cov["steps"].append(batch.step)
-        for fn, fname in enumerate(batch.reward_names):
-            masks = [int(v) for v in feats.get(f"fn{fn}", [0.0] * len(batch))]
-            entry = cov["functions"].setdefault(fname, {"rows": {}, "failed": [], "not_its_task": []})
-            for r in probed:
-                task = str(batch.tasks[r])
-                if decode(masks[r], "scored")[0]:
-                    entry["rows"][task] = entry["rows"].get(task, 0) + 1
-                    kind = None
-                elif decode(masks[r], RAISED)[0] or decode(masks[r], STALLED)[0]:
-                    kind = "failed"
-                else:
-                    kind = "not_its_task"
-                if kind is not None and task not in entry[kind] and task not in entry["rows"]:
-                    entry[kind].append(task)
-        self.coverage = cov
+        self.coverage = probe_report.cover(self.coverage, batch, probed, feats)
 
     def summary_text(self) -> str:
         """What the probes covered (functions x tasks x rows), what they could not and why, and their cost."""
-        lines = [
-            f"probes: {self.rounds} round(s), {self.spent:.2f} s, {self.spent / max(self.elapsed, 1e-9):.1%} of the "
-            f"run's time on this rank (budget {self.config.budget:.0%})"
-        ]
-        if not self.coverage:
-            return lines[0] + "; nothing probed yet"
-        lines[0] += f", at step(s) {', '.join(str(s) for s in self.coverage['steps'])}"
-        calls = getattr(self.ctx, "checked_calls", None)
-        for fname, entry in self.coverage["functions"].items():
-            if fname in self.config.skip:
-                lines.append(f"  {fname}: not probed (listed in probes.skip)")
-                continue
-            index = self.ctx.reward_func_names.index(fname) if fname in self.ctx.reward_func_names else -1
-            if calls is not None and index in calls.stalled:
-                lines.append(f"  {fname}: left out after it stalled ({calls.stalled[index]})")
-            parts = [f"{t or '(no task)'} {n} rows" for t, n in sorted(entry["rows"].items())]
-            if entry["failed"]:
-                parts.append(f"raised on the variants of {', '.join(entry['failed'])} (not judged there)")
-            if entry["not_its_task"]:
-                parts.append(f"None on {', '.join(entry['not_its_task'])} (not its task)")
-            lines.append(f"  {fname}: " + "; ".join(parts or ["not probed (a reward model, or not callable here)"]))
-        return "\n".join(lines)
+        return probe_report.summary(self)
 
     # ----- resume ----------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

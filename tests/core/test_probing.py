@@ -9,18 +9,11 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
+from rl_guards.core.probing.calls import NOT_ITS_TASK, RAISED, SCORED, UNSTABLE, FunctionPlan
 from rl_guards.core.probing.forms import FORMS, contains_answer, final_answer, same_length_wrong, wrong_answers
-from rl_guards.core.probing.procedure import (
-    NOT_ITS_TASK,
-    RAISED,
-    SCORED,
-    UNSTABLE,
-    FunctionPlan,
-    RowView,
-    ScoreFailed,
-    run_rows,
-)
+from rl_guards.core.probing.procedure import RowView
 from rl_guards.core.probing.rules import monotone_cut
+from rl_guards.core.probing.runner import ScoreFailed, run_rows
 from rl_guards.core.probing.tally import Tally, decode, encode, findings_of, quorum
 from rl_guards.core.probing.variants import (
     CANDIDATES,

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
-from rl_guards.core.probing.procedure import NOT_ITS_TASK, RAISED, SCORED, STALLED, UNSTABLE, RowResult
+from rl_guards.core.probing.calls import NOT_ITS_TASK, RAISED, SCORED, STALLED, UNSTABLE
+from rl_guards.core.probing.procedure import RowResult
 from rl_guards.core.probing.rules import Finding
 from rl_guards.core.probing.variants import FALLBACK, HACKABLE, HACKS, PREFIX, SUFFIX, THINKING
 

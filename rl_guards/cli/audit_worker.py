@@ -1,7 +1,7 @@
 """The audit in a process of its own: the user's reward code can print, start process pools or crash without taking
 the command's output or exit code with it.
 
-:func:`run_isolated` (the command's side) starts ``python -m rl_guards.audit.worker ARGS``, with the worker's standard
+:func:`run_isolated` (the command's side) starts ``python -m rl_guards.cli.audit_worker ARGS``, with the worker's standard
 output sent to standard error (whatever the user's code prints, and its pools' workers, never reaches ``--json``)
 and its standard error shown as it comes (progress bars); the worker writes its result (exit code, output) and, as
 each check starts, its phase to files the command reads. A worker that ends without a result (a signal, a hard
@@ -29,7 +29,7 @@ def run_isolated(argv: list[str]) -> int:
         env = {**os.environ, RESULT_ENV: str(result)}
         try:
             code = subprocess.call(
-                [sys.executable, "-m", "rl_guards.audit.worker", *argv],
+                [sys.executable, "-m", "rl_guards.cli.audit_worker", *argv],
                 stdout=sys.stderr.fileno(),  # the user's prints, and any process they start, to stderr
                 env=env,
             )
