@@ -1,11 +1,12 @@
 """The audit in a process of its own: the user's reward code can print, start process pools or crash without taking
 the command's output or exit code with it.
 
-:func:`run_isolated` (the command's side) starts ``python -m rl_guards.cli.audit_worker ARGS``, with the worker's standard
-output sent to standard error (whatever the user's code prints, and its pools' workers, never reaches ``--json``)
-and its standard error shown as it comes (progress bars); the worker writes its result (exit code, output) and, as
-each check starts, its phase to files the command reads. A worker that ends without a result (a signal, a hard
-crash, ``os._exit`` in the user's code, a pool that took it down) is exit 2 with that cause and the check it was in.
+:func:`run_isolated` (the command's side) starts ``python -m rl_guards.cli.audit_worker ARGS``, with the
+worker's standard output sent to standard error (whatever the user's code prints, and its pools' workers, never
+reaches ``--json``) and its standard error shown as it comes (progress bars); the worker writes its result (exit code,
+output) and, as each check starts, its phase to files the command reads. A worker that ends without a result (a
+signal, a hard crash, ``os._exit`` in the user's code, a pool that took it down) is exit 2 with that cause and the
+check it was in.
 """
 
 from __future__ import annotations
