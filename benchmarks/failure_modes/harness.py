@@ -251,6 +251,9 @@ def run_grpo(spec: GrpoSpec, workdir: Path) -> Outcome:
             guards: dict[str, dict[str, Any]] = {
                 "rollouts": {"every_steps": 1000},  # no dumps: nothing to read back here
                 "preflight": {"length_probe": length_probe_file()},  # the cap is chosen from measured lengths
+                # the tiny model's steps take ~0.1 s where a real one takes tens: at the default time budget (2 %)
+                # the reward probes would not run within these 3-step runs (their budget: bench_checks_cost.py)
+                "probes": {"budget": 100.0},
             }
             for section, values in spec.guards.items():
                 guards.setdefault(section, {}).update(values)

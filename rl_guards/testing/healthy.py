@@ -3,7 +3,9 @@
 Each :class:`HealthyCase` builds a real ``GRPOTrainer`` on the tiny fixture with reward functions as users write
 them (TRL's own, the widely copied XML-format rewards, graded last-number and exact-match graders), string or
 conversational prompts, thinking / non-thinking / mixed rows, one task or several (with and without ``route()``),
-attached with ``install()`` or ``GuardsCallback``, at the default ``GuardsConfig()``. :func:`run_healthy` trains
+attached with ``install()`` or ``GuardsCallback``, at the default ``GuardsConfig()`` but for the reward probes' time
+budget (:data:`PROBE_TIME`: the tiny model's steps take a tenth of a second where a real one takes tens, so at the
+default 2 % the probes would not run in these few-step runs). :func:`run_healthy` trains
 one case and returns what a user would see: findings at warn/raise severity, ``RLGuardsWarning`` s, and (when a
 W&B run is active) what the offline run recorded. The tests assert silence; ``benchmarks/failure_modes`` reports
 the same corpus as the precision column next to the planted failures' recall.
@@ -21,7 +23,16 @@ from typing import Any
 from rl_guards.testing.data import make_dataset
 from rl_guards.testing.rewards import arith_correct, completion_text, echo_match, final_answer, length_penalty
 
-__all__ = ["HEALTHY_CASES", "HealthyCase", "HealthyOutcome", "run_healthy"]
+__all__ = ["HEALTHY_CASES", "PROBE_TIME", "HealthyCase", "HealthyOutcome", "guards_config", "run_healthy"]
+
+PROBE_TIME = {"probes": {"budget": 100.0}}  # the probes' time as a real run would give them (see the module doc)
+
+
+def guards_config() -> Any:
+    """The corpus's config: the defaults, the probes' time budget aside."""
+    from rl_guards.config import GuardsConfig
+
+    return GuardsConfig.from_dict(PROBE_TIME)
 
 # ----- reward functions as users write them -----------------------------------------------------------------------
 def last_number_reward(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
@@ -246,7 +257,7 @@ def build_trainer(case: HealthyCase, model_dir: str, tokenizer: Any, output_dir:
     args = {**case.args, **extra}
     data = case.dataset()
     eval_data = data.select(range(4)) if args.get("eval_strategy", "no") != "no" else None
-    callbacks = [GuardsCallback()] if case.attach == "callback" else None
+    callbacks = [GuardsCallback(guards_config())] if case.attach == "callback" else None
     return GRPOTrainer(
         model=model_dir,
         processing_class=tokenizer,
@@ -266,7 +277,7 @@ def run_healthy(case: HealthyCase, model_dir: str, tokenizer: Any, output_dir: P
     trainer = build_trainer(case, model_dir, tokenizer, output_dir, **extra)
     run = None
     if case.attach == "install":
-        run = rl_guards.install(trainer)
+        run = rl_guards.install(trainer, guards_config())
     if case.per_row_thinking:
         from rl_guards.trl.thinking_mix import honour_thinking_column
 
