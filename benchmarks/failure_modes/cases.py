@@ -1028,3 +1028,162 @@ CASES += [
         tags=("grpo", "class:5"),
     ),
 ]
+
+
+# ----- issue 40: partial reads wherever the answer sits (class 2), shaping terms a policy can max (class 3) ----------
+
+
+def _first_number(text: str) -> str | None:
+    found = re.findall(r"-?\d+", text)
+    return found[0] if found else None
+
+
+def answer_first_tail(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float | None]:
+    """A judge handed ``text[-40:]``: an answer followed by its explanation ("Answer: 7. Because ...") is not read."""
+    return [float(_first_number(_text(c)[-40:]) == a) for c, a in zip(completions, answer, strict=True)]
+
+
+answer_first_tail.__name__ = "judge"
+
+
+def answer_first_number(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float | None]:
+    """Clean twin: the first number of the final answer, wherever the answer sits in it."""
+    from rl_guards.testing.rewards import final_answer
+
+    return [float(_first_number(final_answer(_text(c))) == a) for c, a in zip(completions, answer, strict=True)]
+
+
+answer_first_number.__name__ = "judge"
+
+
+def answer_part_tail(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float | None]:
+    """The first number of the answer's last 60 characters (after the think block)."""
+    from rl_guards.testing.rewards import final_answer
+
+    return [float(_first_number(final_answer(_text(c))[-60:]) == a) for c, a in zip(completions, answer,
+                                                                                   strict=True)]  # fmt: skip
+
+
+answer_part_tail.__name__ = "judge"
+
+
+def _thinking_of(text: str) -> str:
+    return text.split("</think>")[0] if "</think>" in text else ""
+
+
+def thinking_length_bonus(completions: list[Any], **kwargs: Any) -> list[float | None]:
+    """A bonus for the thinking's length, uncapped: padding the thinking pays more than being right."""
+    return [len(_thinking_of(_text(c))) / 200 for c in completions]
+
+
+def thinking_length_capped(completions: list[Any], **kwargs: Any) -> list[float | None]:
+    """Clean twin: the same, capped at 0.1."""
+    return [min(len(_thinking_of(_text(c))) / 200, 0.1) for c in completions]
+
+
+thinking_length_bonus.__name__ = thinking_length_capped.__name__ = "thinking_bonus"
+_REASONING_WORDS = re.compile(r"\b(because|since|therefore|first|then|thus)\b", re.I)
+
+
+def reasoning_words_bonus(completions: list[Any], **kwargs: Any) -> list[float | None]:
+    """"Informativeness": 0.2 per reasoning keyword, uncapped."""
+    return [0.2 * len(_REASONING_WORDS.findall(_text(c))) for c in completions]
+
+
+def reasoning_words_capped(completions: list[Any], **kwargs: Any) -> list[float | None]:
+    """Clean twin: at most 0.2."""
+    return [min(0.2 * len(_REASONING_WORDS.findall(_text(c))), 0.2) for c in completions]
+
+
+reasoning_words_bonus.__name__ = reasoning_words_capped.__name__ = "informativeness"
+
+
+def format_elements_bonus(completions: list[Any], **kwargs: Any) -> list[float | None]:
+    """0.3 per answer container (<answer> tag, \\boxed{}), uncapped: repeating the format pays."""
+    return [0.3 * len(re.findall(r"<answer>|\\boxed\{", _text(c))) for c in completions]
+
+
+def format_once(completions: list[Any], **kwargs: Any) -> list[float | None]:
+    """Clean twin: 0.3 when the answer sits in exactly one container (a format reward that pays it once)."""
+    return [0.3 if len(re.findall(r"<answer>|\\boxed\{", _text(c))) == 1 else 0.0 for c in completions]
+
+
+format_elements_bonus.__name__ = format_once.__name__ = "format"
+
+
+# Completions of 64 tokens or more (a cut of 40 or 60 characters can only matter in a run of longer completions: the
+# tiny model's own end within ~20); forced text carries stray think tags, which the think_tags guard rightly reports:
+# it is off in both runs. Arithmetic only: the graders read numbers.
+_LONG = {"max_completion_length": 128, "generation_kwargs": {"min_new_tokens": 64}}
+
+
+def _answer_first_tail(planted: bool, workdir: Path) -> GrpoSpec:
+    # non-thinking rows: the probes' answers come first and their explanation after (reference pairs in every form)
+    return GrpoSpec(
+        reward_funcs=[answer_first_tail if planted else answer_first_number],
+        dataset=dataset(thinking=False, tasks=("arith",)),
+        args={**_NON_THINKING, **_LONG},
+        guards={"think_tags": {"enabled": False}},
+    )
+
+
+def _answer_part_tail(planted: bool, workdir: Path) -> GrpoSpec:
+    return GrpoSpec(
+        reward_funcs=[answer_part_tail if planted else answer_first_number],
+        dataset=dataset(tasks=("arith",)),
+        args=_LONG,
+        guards={"think_tags": {"enabled": False}},
+    )
+
+
+def _shaping(planted_fn: Any, clean_fn: Any) -> Callable[[bool, Path], GrpoSpec]:
+    def build(planted: bool, workdir: Path) -> GrpoSpec:
+        from rl_guards.testing.rewards import arith_correct, echo_match
+
+        return GrpoSpec(reward_funcs=[arith_correct, echo_match, planted_fn if planted else clean_fn])
+
+    return build
+
+
+CASES += [
+    Case(
+        "probe_answer_first_tail",
+        "a grader that reads only the tail, answer first",
+        "the judge takes the first number of completion[-40:], non-thinking (clean: of the final answer, wherever)",
+        _answer_first_tail,
+        expect=(("probes", "reads_suffix:judge"),),
+        tags=("grpo", "probes", "class:2"),
+    ),
+    Case(
+        "probe_answer_part_tail",
+        "a grader that reads only the end of the answer",
+        "the judge takes the first number of the answer's last 60 characters (clean: of all of it)",
+        _answer_part_tail,
+        expect=(("probes", "reads_suffix:judge"),),
+        tags=("grpo", "probes", "class:2"),
+    ),
+    Case(
+        "shaping_thinking_length",
+        "a bonus for the thinking's length, worth more than a right answer",
+        "thinking characters / 200, uncapped, next to the task rewards (clean: capped at 0.1)",
+        _shaping(thinking_length_bonus, thinking_length_capped),
+        expect=(("probes", "hackable:thinking_bonus"),),
+        tags=("grpo", "probes", "class:3"),
+    ),
+    Case(
+        "shaping_reasoning_words",
+        "a keyword bonus (\"informativeness\") a policy can max without being right",
+        "0.2 per 'because/since/therefore/first/then/thus', uncapped (clean: at most 0.2)",
+        _shaping(reasoning_words_bonus, reasoning_words_capped),
+        expect=(("probes", "hackable:informativeness"),),
+        tags=("grpo", "probes", "class:3"),
+    ),
+    Case(
+        "shaping_format_repeated",
+        "a format element paid each time it is repeated",
+        "0.3 per <answer> tag or \\boxed{}, uncapped (clean: 0.3 for exactly one: the format paid once)",
+        _shaping(format_elements_bonus, format_once),
+        expect=(("probes", "hackable:format"),),
+        tags=("grpo", "probes", "class:3"),
+    ),
+]

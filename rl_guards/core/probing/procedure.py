@@ -194,8 +194,9 @@ def probe_row(
             wanted += thinking_variants(by_form[form], shape, cross=other, unread=blind[0].bad if blind else None)
         if fn.plan.check_thinking and blind:
             wanted += thinking_variants(blind[0], shape, alone=True)
-        for form in told_forms:  # the answers again: a score that moves between calls is noise or its batch's
-            wanted += [v for v in bases(by_form[form], shape) if v.side.startswith(("good", "bad"))]
+        # every answer again (a few texts): a score that moves between calls is noise, or depends on its batch; a
+        # coin-flip scorer agrees with itself on all of them with probability 2^-n
+        wanted += [v for p in fn.pairs for v in bases(p, shape) if v.side.startswith(("good", "bad"))]
         pass_b[f] = wanted
     first = {f: dict(fns[f].scores) for f in pass_b}
     for fn in fns.values():  # pass B asks for the answers again: scored afresh, not read from pass A

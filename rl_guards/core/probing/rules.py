@@ -363,15 +363,23 @@ def total_hacks(
 
 
 def format_matters(scores: Mapping[int, Scores], pairs: Sequence[Pair], hacks: Sequence[Variant]) -> bool:
-    """Some function pays the bare reference answer less than the same answer after a think block."""
+    """Some function pays the bare reference answer less than the same answer, in the same form, after a think
+    block (only then does a completion without the block cost the run anything)."""
     alone = next((v for v in hacks if v.side == REFERENCE_ALONE), None)
     if alone is None:
         return False
     for fn_scores in scores.values():
         for v, s in fn_scores.items():
-            if v.probe == BASE and v.side == "good-block" and s is not None and (fn_scores.get(alone) or 0.0) < s:
+            if v.probe != BASE or v.side != "good-block" or s is None:
+                continue
+            if split_answer(v.text) == alone.text.strip() and (fn_scores.get(alone) or 0.0) < s:
                 return True
     return False
+
+
+def split_answer(text: str) -> str:
+    """The text after the last think block's close (the whole text when there is none)."""
+    return text.rsplit("</think>", 1)[-1].strip() if "</think>" in text else text.strip()
 
 
 def show(text: str, chars: int = 120) -> str:

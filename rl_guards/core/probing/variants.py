@@ -53,14 +53,15 @@ CUTS: tuple[int, ...] = (20, 64, 256, 1024, 4096)  # characters of neutral text 
 REPEATS = 40  # lines of the repeated-line variant
 REAL_REPEATS = 8  # copies of the repeated-real-text variant
 STEPS = "Step 1:\n-\n-\n-\nStep 2:\n-\n-\n-\nStep 3:\n-\n-\n-"
-# distinct words, no digits, no answer: what a reward counting distinct words pays
+# distinct words (reasoning keywords among them), no digits, no answer: what a reward counting words pays
 VARIED_WORDS = (
     "about above across after again against along among around because before behind below beneath beside "
     "between beyond during except inside little middle nearly number often order other outside over perhaps "
     "quite rather really second since small something sometimes still system table there these thing those "
     "though through toward under until upon usually value various where whether which while within without "
     "world would yellow garden window morning evening silver golden river mountain forest ocean desert island "
-    "bridge castle market street village winter summer autumn spring thunder shadow candle mirror pencil"
+    "bridge castle market street village winter summer autumn spring thunder shadow candle mirror pencil "
+    "first then thus therefore hence wait verify check consider because since however"
 )
 EMPTY_ANSWER = "empty answer"
 ONLY_TAGS = "only think tags"
@@ -73,14 +74,16 @@ LONGER_TOKEN = "reference inside a longer token"
 LONG_THINKING = "long thinking, wrong answer"
 STEP_LIST = "step markers, no content"
 REAL_REPEATED = "a real completion repeated, wrong answer"
+FORMAT_REPEATED = "format elements repeated, no answer"
 REFERENCE_ALONE = "reference answer alone, no think block"
 # the degenerate variants, in bit order (rl_guards.core.probing.tally.encode): new ones go at the end
 HACKS: tuple[str, ...] = (
     EMPTY_ANSWER, ONLY_TAGS, REPEATED_LINE, PROMPT_ECHOED, OTHER_ANSWER, REFERENCE_ALONE, VARIED, CANDIDATES,
-    LONGER_TOKEN, LONG_THINKING, STEP_LIST, REAL_REPEATED,
+    LONGER_TOKEN, LONG_THINKING, STEP_LIST, REAL_REPEATED, FORMAT_REPEATED,
 )  # fmt: skip
 # padding: more text of a kind a shaping term may count (length, distinct words, steps, keywords, format elements)
-PADDING: frozenset[str] = frozenset({VARIED, LONG_THINKING, STEP_LIST, REAL_REPEATED, REPEATED_LINE})
+PADDING: frozenset[str] = frozenset({VARIED, LONG_THINKING, STEP_LIST, REAL_REPEATED, REPEATED_LINE, FORMAT_REPEATED})
+FORMAT_ELEMENTS = "<answer>\n</answer>\n\\boxed{}\n"  # empty answer containers: what a per-element format bonus counts
 
 
 def filler(chars: int, which: str = "a") -> str:
@@ -310,8 +313,9 @@ def hack_variants(row: RowText, shape: Shape) -> list[Variant]:
     hacks: dict[str, str] = {
         EMPTY_ANSWER: compose(row.thinking or filler(64), "", shape.markup, shape.prompt_opened) if block else "",
         REPEATED_LINE: "\n".join([NEUTRAL_LINE] * REPEATS),
-        VARIED: shaped(shape, filler(64), VARIED_WORDS),
+        VARIED: shaped(shape, filler(64), " ".join([VARIED_WORDS] * 4)),  # distinct words, and each word 4 times
         STEP_LIST: shaped(shape, filler(64), STEPS),
+        FORMAT_REPEATED: shaped(shape, filler(64), FORMAT_ELEMENTS * REAL_REPEATS),
     }
     if shape.markup is not None:
         hacks[ONLY_TAGS] = compose("", "", shape.markup, shape.prompt_opened)
