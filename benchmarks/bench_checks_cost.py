@@ -3,8 +3,9 @@
 - ``probe generations per checkpoint``: the drift guard generates its fixed probe prompts (``prompts_per_task`` x
   tasks x ``num_generations`` completions) at train start and before every checkpoint; printed as a share of the
   completions the run generated for training, and the wall time of those generations as a share of the run's.
-- ``reward probes``: the reward-function probes' extra reward calls as a share of the run's reward calls (the first
-  probe, which the budget leaves out, and every later one), and their wall time as a share of the run's.
+- ``reward probes``: the reward-function probes' rounds, the texts each scored, and their wall time as a share of
+  the run's (their budget: ``probes.budget`` of the run's elapsed time; ``bench_probe_budget.py`` measures it on a
+  slow reward function).
 
 The run is the example's setup (two tasks, routed rewards, length penalty, StrayThinkPenalty, a mixed thinking
 column): ``--steps`` steps of 8 rows, a checkpoint every ``--save_steps``.
@@ -57,16 +58,6 @@ def main(argv: list[str] | None = None) -> int:
 
         setattr(cls, method, wrapper)
 
-    later_costs: list[tuple[int, float]] = []  # (step, calls) of each scheduled probe after the first
-    on_batch = RewardProbeGuard.on_batch
-
-    def counted(self: Any, batch: Any, report: Any) -> None:
-        before = self.extra_calls
-        on_batch(self, batch, report)
-        if self.extra_calls > before:
-            later_costs.append((batch.step, self.extra_calls - before))
-
-    RewardProbeGuard.on_batch = counted  # type: ignore[method-assign]
     timed(DriftGuard, "_probe", "drift")
     timed(RewardProbeGuard, "scan", "probes")
     tiny = tiny_setup()
@@ -99,25 +90,16 @@ def main(argv: list[str] | None = None) -> int:
         trained = args.steps * batch
         probe_completions = (1 + len(drift.checkpoints)) * len(drift.indices) * config.num_generations
         per_checkpoint = len(drift.indices) * config.num_generations
-        extra = probes.first_calls + probes.extra_calls
         print(
             f"probe generations per checkpoint: {per_checkpoint} completions ({len(drift.indices)} prompts x "
             f"{config.num_generations}); {probe_completions} over the run (baseline + {len(drift.checkpoints)} "
             f"checkpoints) = {probe_completions / trained:.1%} of the {trained} training completions; "
             f"{timers['drift']:.2f} s = {timers['drift'] / wall:.1%} of the run's {wall:.1f} s"
         )
-        later = len(later_costs)
         print(
-            f"reward probes: {probes.probes_run} probe(s), {extra:.0f} extra reward calls = "
-            f"{extra / max(probes.run_calls, 1):.2%} of the run's {probes.run_calls:.0f} "
-            f"({probes.extra_calls / max(probes.run_calls, 1):.2%} after the free first probe; budget "
-            f"{run.config.probes.budget:.0%}); {timers['probes']:.2f} s = {timers['probes'] / wall:.1%} of the run"
-        )
-        print(
-            f"  first probes (each task's first, outside the budget): {probes.first_calls:.0f} calls; {later} later "
-            f"probe(s) at step(s) {[s for s, _ in later_costs]}: "
-            + (", ".join(f"{c:.0f}" for _, c in later_costs) + " calls" if later else "none fitted the budget")
-            + f"; the next one estimated at {probes.last_cost:.0f} calls"
+            f"reward probes: {probes.rounds} round(s) at step(s) {probes.coverage.get('steps', [])}, texts per round "
+            f"{probes.texts}; {probes.spent:.2f} s probing = {probes.spent / wall:.1%} of the run (budget "
+            f"{run.config.probes.budget:.0%} of the elapsed time); the scan hook in all {timers['probes']:.2f} s"
         )
         print(f"findings: {sorted({f.guard + '/' + f.kind for f in run.findings})}")
     return 0

@@ -514,3 +514,32 @@ def test_a_reward_a_policy_can_earn_without_the_task_is_found(
     assert _kinds(run) == ({kind} if kind else set()), run.summary()
     if kind:
         assert re.search(r"seen on \d+ of the \d+ rows probed", next(f for f in run.findings if f.kind == kind).message)
+
+
+# ----- issue 41 item 1: a probe never hangs the run -----------------------------------------------------------------
+
+
+def stalls_on_padding(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+    """Sleeps forever on a long text (a judge API that never answers, a sandbox that hangs): the run's own
+    completions are short, only the probes' padded variants are long."""
+    import time
+
+    texts = _answers(completions)
+    for text in texts:
+        if len(text) > 600:
+            time.sleep(3600)
+    return [float(final_answer(t).strip() == a) for t, a in zip(texts, answer, strict=True)]
+
+
+def test_a_function_that_stalls_on_a_probe_text_never_stops_the_run(make_grpo_trainer: Any) -> None:
+    import time
+
+    start = time.perf_counter()
+    run = _run(make_grpo_trainer, [stalls_on_padding, arith_correct], PLAIN, steps=3, every_steps=1)
+    spent = time.perf_counter() - start
+    assert run.trainer.state.global_step == 3  # every step trained
+    stalled = [f for f in run.findings if f.kind == "stalled:stalls_on_padding"]
+    assert stalled and "the last text it read:" in stalled[0].message, run.summary()
+    assert "left out after it stalled" in run.guard("probes").summary_text()
+    assert run.guard("probes").rounds >= 2  # the other function was probed again; the stalled one left out
+    assert spent < 120, spent  # one deadline waited for (FLOOR .. cap), not an hour
