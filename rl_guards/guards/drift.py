@@ -27,12 +27,13 @@ key (at checkpoints)                    value
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
 from pathlib import Path
 from typing import Any, ClassVar
+
+import numpy as np
 
 from rl_guards.chat.markup import markup_from_config
 from rl_guards.config import DriftConfig
@@ -51,6 +52,7 @@ from rl_guards.core.behaviour import (
 from rl_guards.core.think_markup import prompt_opens_block
 from rl_guards.errors import DriftError
 from rl_guards.guards.base import Guard, Reporter
+from rl_guards.rollouts.drift_records import record_text
 from rl_guards.rollouts.render import printable
 
 logger = logging.getLogger("rl_guards")
@@ -143,6 +145,7 @@ class DriftGuard(Guard):
         window = self.config.reward_window
         for t, task in enumerate(names):
             rows = totals[index == t]
+            rows = rows[np.isfinite(rows)]  # an inf reward would make the task's mean, and every later window, inf
             if not len(rows):
                 continue
             mean = float(rows.mean())
@@ -390,7 +393,7 @@ class DriftGuard(Guard):
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"step_{step:06d}.json"
             tmp = path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(record, ensure_ascii=False, indent=1), encoding="utf-8")
+            tmp.write_text(record_text(record), encoding="utf-8")
             os.replace(tmp, path)
         except OSError as exc:  # a full or read-only disk costs the record, never the run
             logger.warning("rl_guards/drift: could not write the probe record of step %s: %s", step, exc)

@@ -511,7 +511,7 @@ def _findings_section(log: FindingsLog) -> str:
 def _drift_section(records: list[dict[str, Any]]) -> str:
     """Behaviour of the fixed probe prompts per checkpoint, the changes since the baseline, completions side by
     side (empty when the run has no drift records)."""
-    from rl_guards.rollouts.drift_records import TABLE_STATS, changes, probe_pair, stats_of
+    from rl_guards.rollouts.drift_records import TABLE_STATS, changes, probe_pair, record_notes, stat_value, stats_of
 
     if not records:
         return ""
@@ -519,6 +519,7 @@ def _drift_section(records: list[dict[str, Any]]) -> str:
     parts = [
         "<h2>Behaviour drift on the probe prompts</h2>",
         '<div class="meta">The same prompts generated at step 0 (baseline) and at every checkpoint.</div>',
+        *(f'<div class="meta">{esc(note)}</div>' for note in record_notes(records)),
     ]
     tasks = sorted({t for r in records for t in r.get("stats", {})})
     for task in tasks:
@@ -529,7 +530,7 @@ def _drift_section(records: list[dict[str, Any]]) -> str:
             if stats is None:
                 continue
             alarm = any(a.get("task") == task for a in record.get("alarms", []))
-            cells = "".join(f"<td>{esc(fmt_value(getattr(stats, key)))}</td>" for key, _ in TABLE_STATS)
+            cells = "".join(f"<td>{esc(fmt_value(stat_value(record, task, key)))}</td>" for key, _ in TABLE_STATS)
             body += f"<tr{' class=bad' if alarm else ''}><td>{esc(str(record['step']))}</td>{cells}</tr>"
         parts.append(f"<h3>task {esc(task)}</h3><table><tr><th>step</th>{head}</tr>{body}</table>")
     for task, step, drifts in changes(records):
