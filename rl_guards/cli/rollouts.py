@@ -69,7 +69,7 @@ def _store(args: argparse.Namespace) -> RolloutStore | None:
     try:
         return RolloutStore(args.run_dir)
     except FileNotFoundError as exc:
-        print(f"rl-guards rollouts: {exc}", file=sys.stderr)
+        print(f"rl-guards rollouts: {printable(exc)}", file=sys.stderr)
         return None
 
 

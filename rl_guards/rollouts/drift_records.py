@@ -19,6 +19,7 @@ from typing import Any
 from rl_guards.core.behaviour import BehaviourStats, Drift, Thresholds, compare
 from rl_guards.rollouts.render import printable
 from rl_guards.rollouts.store import default_rollouts_dir
+from rl_guards.rollouts.untrusted_json import read_json
 
 TABLE_STATS: tuple[tuple[str, str], ...] = (
     ("length", "length"),
@@ -79,7 +80,7 @@ def load_records(folder: Path) -> tuple[list[dict[str, Any]], list[str]]:
     records, bad = [], []
     for path in sorted(folder.glob("step_*.json")):
         try:
-            records.append(clean_record(json.loads(path.read_text(encoding="utf-8"))))
+            records.append(clean_record(read_json(path)))
         except Exception:  # anything on disk can be damaged or crafted: name it, never stop on it
             bad.append(path.name)
     return sorted(records, key=lambda r: r["step"]), bad

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from rl_guards.rollouts.store import (
     step_file_name,
     trl_step,
 )
+from rl_guards.rollouts.untrusted_json import UnreadableJSON, parse_json
 
 
 class UnreadableDumpError(ValueError):
@@ -282,7 +282,7 @@ def _with_rewards(row: dict[str, Any]) -> dict[str, Any]:
     raw = row.get("columns")
     if isinstance(raw, str):
         try:
-            row["columns"] = json.loads(raw)
-        except ValueError:
+            row["columns"] = parse_json(raw)
+        except UnreadableJSON:  # kept as the text it is
             pass
     return row
