@@ -30,6 +30,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     data = collect(args.run_dir)
     for item in data.unreadable:
         print(f"rl-guards report: skipped unreadable file {printable(item)}", file=sys.stderr)
+    for note in data.notes:
+        print(f"rl-guards report: {printable(note)}", file=sys.stderr)
     path = write_report(args.run_dir, args.output, data)
     print(f"wrote {printable(path)}")
     return 0

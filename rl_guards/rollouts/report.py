@@ -59,6 +59,7 @@ class RunData:
     columns: list[tuple[str, list[dict[str, Any]]]] = field(default_factory=list)  # (title, rows) per dump shown
     skipped: dict[str, int] = field(default_factory=dict)  # chart metric -> non-finite values left out of it
     unreadable: list[str] = field(default_factory=list)  # files (and why) that could not be read
+    notes: list[str] = field(default_factory=list)  # what a reader must know (prompts not decoded, and the fix)
     drift: list[dict[str, Any]] = field(default_factory=list)  # the drift guard's probe records, by step
     findings: FindingsLog = field(default_factory=FindingsLog)  # findings.jsonl: per kind, and the stop
 
@@ -224,6 +225,7 @@ def collect(run_dir: str | os.PathLike[str]) -> RunData:
             data.columns.append((title, store.load(entry["step"])))
         except Exception as exc:
             data.unreadable.append(f"{entry['file']} ({type(exc).__name__}: {str(exc)[:160]})")
+    data.notes += [note] if (note := store.decoder_note()) else []
     return data
 
 
@@ -478,6 +480,7 @@ def render_html(data: RunData) -> str:
         if (n := data.skipped.get(m))
     )
     notes += "".join(f'<div class="meta">skipped unreadable file: {esc(item)}</div>' for item in data.unreadable)
+    notes += "".join(f'<div class="meta bad">{esc(note)}</div>' for note in data.notes)
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
         f"<title>rl_guards report — {esc(data.run_dir.name)}</title><style>{CSS}</style></head><body>"

@@ -91,3 +91,37 @@ def test_after_the_folder_is_removed_mid_run_the_index_lists_only_the_files_on_d
     out = capsys.readouterr().out
     assert "<|im_start|>user" in out
     assert h.metric("write_errors") == []
+
+
+# ----- issue 41 item 5: empty prompts are explained ------------------------------------------------------------
+@pytest.mark.parametrize("damage", ["missing", "empty", "cut"])
+def test_prompts_shown_empty_say_why_and_what_to_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
+    folder = tmp_path / "rl_guards" / "rollouts"
+    h = Harness(str(tmp_path), every_steps=1)
+    h.begin(0)
+    h.batch(make_batch(0))
+    saved = tmp_path / "checkpoint-1" / TOKENIZER_FILE  # the trainer saves the run's tokenizer with a checkpoint
+    saved.parent.mkdir()
+    shutil.copy(folder / TOKENIZER_FILE, saved)
+    if damage == "missing":
+        (folder / TOKENIZER_FILE).unlink()
+    else:
+        text = (folder / TOKENIZER_FILE).read_bytes()
+        (folder / TOKENIZER_FILE).write_bytes(b"" if damage == "empty" else text[: len(text) // 2])
+    assert cli(["rollouts", str(tmp_path), "show", "--step", "0"]) == 0
+    out = capsys.readouterr()
+    assert "prompt (tail):\n  \n" in out.out  # the prompt is empty: its ids cannot be decoded
+    # e1b9f62: not a word on stderr
+    assert str(folder / TOKENIZER_FILE) in out.err and "prompts are shown empty" in out.err
+    assert ("is missing" if damage == "missing" else "cannot be read") in out.err
+    assert f"Fix: cp {saved} {folder / TOKENIZER_FILE}" in out.err
+    assert cli(["report", str(tmp_path), "-o", str(tmp_path / "r.html")]) == 0
+    assert "prompts are shown empty" in capsys.readouterr().err
+    assert "prompts are shown empty" in (tmp_path / "r.html").read_text()
+
+    shutil.copy(saved, folder / TOKENIZER_FILE)  # the fix it names
+    assert cli(["rollouts", str(tmp_path), "show", "--step", "0"]) == 0
+    out = capsys.readouterr()
+    assert "<|im_start|>user" in out.out and out.err == ""
