@@ -203,7 +203,7 @@ class DriftGuard(Guard):
         if out is None:
             return None
         if out.get("error"):
-            self._say_failed(step, str(out["error"]), report)
+            self._say_failed(step, str(out["error"]), report, statistics=False)
             return None
         group = int(out["group_size"])
         names = list(out["reward_names"])
@@ -222,7 +222,8 @@ class DriftGuard(Guard):
         gather = self.ctx.all_gather_rows or (lambda r: r)
         gathered = gather(numbers)
         if any(r[0] != 1.0 for r in gathered):
-            self._say_failed(step, f"probe statistics failed on a rank{': ' + error if error else ''}", report)
+            self._say_failed(step, f"probe statistics failed on a rank{': ' + error if error else ''}", report,
+                             statistics=True)  # fmt: skip
             return None
         gathered = [r[1:] for r in gathered]
         stats_by_task: dict[str, BehaviourStats] = {}
@@ -283,16 +284,33 @@ class DriftGuard(Guard):
                 continue
         return sorted({t for t in found if t.strip()})
 
-    def _say_failed(self, step: int, why: str, report: Reporter) -> None:
+    def _say_failed(self, step: int, why: str, report: Reporter, *, statistics: bool) -> None:
+        """Say once that the probe failed, with the fix for its cause: the statistics (rl_guards' own code on the
+        completions), generation out of memory, or another error in the trainer's generation and scoring path."""
         after = (
             "drift is not measured at this checkpoint (the checkpoint is written as usual)"
             if self.baseline
             else "no baseline, so drift is not measured in this run"
         )
+        if statistics:
+            fix = (
+                "this is rl_guards' own code measuring the completions (generation went fine; memory is not the "
+                "cause): please report it with this message; drift.enabled: false turns the probe off meanwhile"
+            )
+        elif "OutOfMemoryError" in why or "out of memory" in why.lower():
+            fix = "lower drift.prompts_per_task (fewer probe rows at once) or free memory at checkpoints"
+        elif "the error is in that rank's log" in why:
+            fix = (
+                "read that rank's log: for an out-of-memory error lower drift.prompts_per_task or free memory at "
+                "checkpoints; any other error is the trainer's generation or a reward function on the probe rows"
+            )
+        else:
+            fix = (
+                "the trainer's generation or scoring path raised on the probe rows (a reward function, the template, "
+                "the generation backend): fix that error; drift.enabled: false turns the probe off meanwhile"
+            )
         report.notice(
-            "probe_failed",
-            f"step {step}: {why}. Every rank skipped the probe together; {after}. Fix: lower drift.prompts_per_task "
-            "(fewer probe rows at once) or free memory at checkpoints.",
+            "probe_failed", f"step {step}: {why}. Every rank skipped the probe together; {after}. Fix: {fix}."
         )
 
     def _prompts_opened(self, rows: list[dict[str, Any]], markup: Any) -> list[bool]:
