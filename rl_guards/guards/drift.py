@@ -203,7 +203,8 @@ class DriftGuard(Guard):
         if out is None:
             return None
         if out.get("error"):
-            self._say_failed(step, str(out["error"]), report, statistics=False)
+            why = str(out["error"])
+            self._say_failed(step, why, report, cause=str(out.get("cause") or generation_cause(why)))
             return None
         group = int(out["group_size"])
         names = list(out["reward_names"])
@@ -223,7 +224,7 @@ class DriftGuard(Guard):
         gathered = gather(numbers)
         if any(r[0] != 1.0 for r in gathered):
             self._say_failed(step, f"probe statistics failed on a rank{': ' + error if error else ''}", report,
-                             statistics=True)  # fmt: skip
+                             cause="statistics")  # fmt: skip
             return None
         gathered = [r[1:] for r in gathered]
         stats_by_task: dict[str, BehaviourStats] = {}
@@ -284,30 +285,31 @@ class DriftGuard(Guard):
                 continue
         return sorted({t for t in found if t.strip()})
 
-    def _say_failed(self, step: int, why: str, report: Reporter, *, statistics: bool) -> None:
-        """Say once that the probe failed, with the fix for its cause: the statistics (rl_guards' own code on the
-        completions), generation out of memory, or another error in the trainer's generation and scoring path."""
+    def _say_failed(self, step: int, why: str, report: Reporter, *, cause: str) -> None:
+        """Say once that the probe failed, with the fix for its ``cause``: ``statistics`` (rl_guards' own code on the
+        completions), ``memory`` (generation out of memory), ``trainer`` (another error in the trainer's generation
+        and scoring path), or ``""`` (on another rank, unknown here)."""
         after = (
             "drift is not measured at this checkpoint (the checkpoint is written as usual)"
             if self.baseline
             else "no baseline, so drift is not measured in this run"
         )
-        if statistics:
+        if cause == "statistics":
             fix = (
                 "this is rl_guards' own code measuring the completions (generation went fine; memory is not the "
                 "cause): please report it with this message; drift.enabled: false turns the probe off meanwhile"
             )
-        elif "OutOfMemoryError" in why or "out of memory" in why.lower():
+        elif cause == "memory":
             fix = "lower drift.prompts_per_task (fewer probe rows at once) or free memory at checkpoints"
-        elif "the error is in that rank's log" in why:
-            fix = (
-                "read that rank's log: for an out-of-memory error lower drift.prompts_per_task or free memory at "
-                "checkpoints; any other error is the trainer's generation or a reward function on the probe rows"
-            )
-        else:
+        elif cause == "trainer":
             fix = (
                 "the trainer's generation or scoring path raised on the probe rows (a reward function, the template, "
                 "the generation backend): fix that error; drift.enabled: false turns the probe off meanwhile"
+            )
+        else:
+            fix = (
+                "read that rank's log: for an out-of-memory error lower drift.prompts_per_task or free memory at "
+                "checkpoints; any other error is the trainer's generation or a reward function on the probe rows"
             )
         report.notice(
             "probe_failed", f"step {step}: {why}. Every rank skipped the probe together; {after}. Fix: {fix}."
@@ -447,6 +449,14 @@ class DriftGuard(Guard):
         self.reward_batches = {str(k): int(v) for k, v in (state.get("reward_batches") or {}).items()}
         self.checkpoints = [int(s) for s in state.get("checkpoints", [])]
         self.alarmed = {str(k): list(v) for k, v in (state.get("alarmed") or {}).items()}
+
+
+def generation_cause(why: str) -> str:
+    """``memory`` or ``trainer`` from a failed probe generation's message (``<stage>: <ExceptionType>: ...``), ``""``
+    when the error stayed on another rank; for a ``probe_generate`` that does not hand its ``cause`` over."""
+    if "OutOfMemoryError" in why or "out of memory" in why.lower():
+        return "memory"
+    return "" if "the error is in that rank's log" in why else "trainer"
 
 
 def _sized(dataset: Any) -> bool:

@@ -249,8 +249,12 @@ def _broken_decode(ids: list[int]) -> str:
          None, "lower drift.prompts_per_task", "report it"),
         ("template", lambda rows: {"error": "probe generation failed: prompt templating: TemplateError: no role"},
          None, "fix that error", "free memory"),
+        ("cause handed over", lambda rows: {"error": "probe generation failed: generation: RuntimeError: x",
+                                            "cause": "memory"}, None, "free memory", "report it"),
+        ("another rank", lambda rows: {"error": "probe generation failed on rank 1 (the error is in that rank's log)"},
+         None, "read that rank's log", "report it"),
     ],
-    ids=["statistics", "oom", "template"],
+    ids=["statistics", "oom", "template", "cause handed over", "another rank"],
 )  # fmt: skip
 def test_probe_failed_gives_the_fix_for_its_cause(
     tmp_path: Path, cause: str, generate: Any, decode: Any, fix: str, not_said: str
