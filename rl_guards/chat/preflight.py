@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rl_guards.chat.template_check import is_conversational_prompt
+from rl_guards.chat.template_check import has_chat_template, is_conversational_prompt
 from rl_guards.config import PreflightConfig
 from rl_guards.core.preflight import (
     LengthProbeNumbers,
@@ -220,6 +220,11 @@ def build_preflight_report(
 
     train_rows = sample_rows(train_dataset, max(config.examples, 1), task_column=task_column)
     train_prompts = [row["prompt"] for row in train_rows if "prompt" in row]
+    if not has_chat_template(tokenizer, chat_template):  # plain text: no template path to fingerprint or compare
+        return _report_without_template(
+            choices, config, train_prompts, _eval_datasets(eval_dataset), render,
+            task_column=task_column, length_probe=length_probe, has_rollout_func=has_rollout_func,
+        )  # fmt: skip
     probe = next((p for p in train_prompts if is_conversational_prompt(p)), None) or probe_conversation(
         tokenizer, chat_template=chat_template, chat_template_kwargs=kwargs
     )
@@ -280,6 +285,84 @@ def build_preflight_report(
         length_probe=load_length_probe(length_probe),
         blocking_cap_ratio=config.blocking_cap_ratio,
         has_rollout_func=has_rollout_func,
+    )
+
+
+def _report_without_template(
+    choices: TrainingChoices,
+    config: PreflightConfig,
+    train_prompts: list[Any],
+    eval_sets: dict[str, Any],
+    render: Callable[[list[Any]], list[str]],
+    *,
+    task_column: str,
+    length_probe: Any,
+    has_rollout_func: bool,
+) -> PreflightReport:
+    """The report of a run whose tokenizer has no chat template: plain-text prompts are a supported shape (the
+    template checks do not apply; the rest does), conversational ones cannot be rendered (blocking)."""
+    findings: list[PreflightFinding] = []
+    examples: list[tuple[str, str]] = []
+    train_rendered: list[str] = []
+    if any(is_conversational_prompt(p) for p in train_prompts):
+        findings.append(_no_template_finding("train"))
+    else:
+        findings.append(
+            PreflightFinding(
+                "info",
+                "template",
+                "plain_text_prompts",
+                "prompts are plain text and the tokenizer has no chat template: TRL passes them to the model "
+                "untemplated, exactly as written. The template checks (template paths across train, eval and SFT, "
+                "the generation prompt, its think prefill) do not apply; still checked: eval prompts against the "
+                "train prompts, the optimisation choices (learning rate and schedule, loss type, reward scaling, "
+                "KL), group size, truncation masking and the length cap.",
+                "nothing to do for a base model on raw text; for a chat model, give the tokenizer its chat template "
+                "and store the prompts as conversational messages",
+            )
+        )
+        train_rendered = render(train_prompts) if train_prompts else []
+        examples += [("train", text) for text in train_rendered[: config.examples]]
+    if not eval_sets:
+        findings += check_eval_prompts(
+            train_rendered, [], train_templated=False, eval_templated=False, generation_suffix=""
+        )
+    for label, dataset in eval_sets.items():
+        eval_prompts = [row["prompt"] for row in sample_rows(dataset, 8, task_column=task_column) if "prompt" in row]
+        if any(is_conversational_prompt(p) for p in eval_prompts):
+            findings.append(_no_template_finding(label))
+            continue
+        eval_rendered = render(eval_prompts) if eval_prompts else []
+        if train_rendered or not train_prompts:
+            findings += [
+                _relabel(f, label)
+                for f in check_eval_prompts(
+                    train_rendered, eval_rendered, train_templated=False, eval_templated=False, generation_suffix=""
+                )
+            ]
+        if eval_rendered and config.examples:
+            examples.append((label, eval_rendered[0]))
+    return build_report(
+        choices,
+        template_findings=findings,
+        examples=examples,
+        length_probe=load_length_probe(length_probe),
+        blocking_cap_ratio=config.blocking_cap_ratio,
+        has_rollout_func=has_rollout_func,
+    )
+
+
+def _no_template_finding(label: str) -> PreflightFinding:
+    """Conversational prompts with no chat template: TRL cannot render them (blocking)."""
+    when = "training fails at its first generation" if label == "train" else "evaluation fails at its first batch"
+    return PreflightFinding(
+        "blocking",
+        "template",
+        "no_chat_template",
+        f"{label} prompts are conversational messages but the tokenizer has no chat template: TRL cannot render "
+        f"them, and {when}.",
+        "give the tokenizer a chat template (tokenizer.chat_template = the model's template) before building the "
+        "trainer, or store the prompts as plain strings",
     )
 
 

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rl_guards.core.templates import (
+    NO_CHAT_TEMPLATE,
     RENDER_FAILED,
     RenderedPrompt,
     TemplateFinding,
@@ -156,6 +157,19 @@ def _template_text(tokenizer: Any, chat_template: str | None) -> str | None:
     return text if isinstance(text, str) else None
 
 
+def has_chat_template(tokenizer: Any, chat_template: str | None = None) -> bool:
+    """Whether prompts can be templated at all: the trainer's template, or the tokenizer's (one or several named)."""
+    return bool(chat_template if chat_template is not None else getattr(tokenizer, "chat_template", None))
+
+
+PLAIN_TEXT_NOTE = (
+    "the tokenizer has no chat template, so the prompts are plain text: TRL passes string prompts to the model "
+    "untemplated, exactly as written. The template checks (the generation prompt's think prefill, the thinking switch, "
+    "enable_thinking) do not apply; still checked: the dataset prompts themselves for think blocks they open (a "
+    "doubled or unclosed <think> prefill in the text)"
+)
+
+
 def check_template(
     tokenizer: Any,
     *,
@@ -185,17 +199,24 @@ def check_template(
     markup = markup or markup_for_template(template_text)
     extra: list[TemplateFinding] = []
 
-    try:
-        probe = probe_conversation(tokenizer, chat_template, kwargs)
-        thinking = _render_pair(tokenizer, probe, {**base, "enable_thinking": True}, chat_template, "thinking probe")
-        non_thinking = _render_pair(
-            tokenizer, probe, {**base, "enable_thinking": False}, chat_template, "non-thinking probe"
-        )
-        run = _render_pair(tokenizer, probe, kwargs, chat_template, "run probe")
-    except Exception as exc:
-        extra.append(TemplateFinding(RENDER_FAILED, "warning", f"probe render failed: {exc}", "probe"))
-        thinking = non_thinking = run = RenderedPrompt("", None, "probe")
-        probe = None
+    probe: list[dict[str, Any]] | None = None
+    thinking = non_thinking = run = RenderedPrompt("", None, "probe")
+    if not has_chat_template(tokenizer, chat_template):  # plain-text prompts: no conversation to probe with
+        extra.append(TemplateFinding(NO_CHAT_TEMPLATE, "info", PLAIN_TEXT_NOTE, "template"))
+    else:
+        try:
+            probe = probe_conversation(tokenizer, chat_template, kwargs)
+            thinking = _render_pair(
+                tokenizer, probe, {**base, "enable_thinking": True}, chat_template, "thinking probe"
+            )
+            non_thinking = _render_pair(
+                tokenizer, probe, {**base, "enable_thinking": False}, chat_template, "non-thinking probe"
+            )
+            run = _render_pair(tokenizer, probe, kwargs, chat_template, "run probe")
+        except Exception as exc:
+            extra.append(TemplateFinding(RENDER_FAILED, "warning", f"probe render failed: {exc}", "probe"))
+            thinking = non_thinking = run = RenderedPrompt("", None, "probe")
+            probe = None
 
     family_has_switch = None
     own = getattr(tokenizer, "chat_template", None)

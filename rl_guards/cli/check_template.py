@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         probe_conversation,
         render_generation_prompts,
     )
-    from rl_guards.core.templates import RENDER_FAILED
+    from rl_guards.core.templates import NO_CHAT_TEMPLATE, RENDER_FAILED
     from rl_guards.core.think_markup import MARKUPS
 
     try:
@@ -123,6 +123,9 @@ def run(args: argparse.Namespace) -> int:
         report = check_template(tokenizer, prompts=[prompt], chat_template_kwargs=kwargs, markup=markup)
         print(f"{'your prompt':>20}: {visible_tail(report.renders.get('dataset row 0', ''), width=SHOWN_CHARS)}")
     print(report.format())
+    if NO_CHAT_TEMPLATE in report.kinds():
+        print("could not check: the tokenizer has no chat template; exit code 2")
+        return 2
     failed = [f for f in report.findings if f.kind == RENDER_FAILED]
     if failed:
         print(f"could not check: {len(failed)} render(s) failed (see above); exit code 2")

@@ -8,7 +8,16 @@ import shutil
 import sys
 from typing import Any
 
-from rl_guards.rollouts.drift_records import TABLE_STATS, changes, find_drift_dir, load_records, probe_pair, stats_of
+from rl_guards.rollouts.drift_records import (
+    TABLE_STATS,
+    changes,
+    find_drift_dir,
+    load_records,
+    probe_pair,
+    record_notes,
+    stat_value,
+    stats_of,
+)
 from rl_guards.rollouts.render import fmt_number, printable, side_by_side, visible_whitespace
 
 
@@ -35,20 +44,22 @@ def run(args: argparse.Namespace) -> int:
     if not records:
         print(f"rl-guards drift: no readable record in {printable(folder)}", file=sys.stderr)
         return 2
+    for line in record_notes(records):
+        print(f"rl-guards drift: {line}", file=sys.stderr)
     tasks = sorted({t for r in records for t in r.get("stats", {})})
     if args.task:
         tasks = [t for t in tasks if t == args.task]
     header = ["step", *(label for _, label in TABLE_STATS), "alarm"]
     for task in tasks:
         print(f"task {printable(task)}: {len([p for p in records[0].get('probes', []) if p.get('task') == task])} "
-              f"probe prompt(s), from the {records[0].get('source', '?')} set")  # fmt: skip
+              f"probe prompt(s), from the {printable(records[0].get('source', '?'))} set")  # fmt: skip
         rows = []
         for record in records:
             stats = stats_of(record, task)
             if stats is None:
                 continue
             alarm = any(a.get("task") == task for a in record.get("alarms", []))
-            values = [fmt_number(getattr(stats, key)) for key, _ in TABLE_STATS]
+            values = [fmt_number(stat_value(record, task, key)) for key, _ in TABLE_STATS]
             rows.append(
                 [str(record["step"]) + (" (baseline)" if record is records[0] else ""), *values, "yes" if alarm else ""]
             )

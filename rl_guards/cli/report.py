@@ -25,11 +25,13 @@ def register(subparsers: Any) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     if not Path(args.run_dir).is_dir():
-        print(f"rl-guards report: {args.run_dir} is not a folder", file=sys.stderr)
+        print(f"rl-guards report: {printable(args.run_dir)} is not a folder", file=sys.stderr)
         return 2
     data = collect(args.run_dir)
     for item in data.unreadable:
         print(f"rl-guards report: skipped unreadable file {printable(item)}", file=sys.stderr)
+    for note in data.notes:
+        print(f"rl-guards report: {printable(note)}", file=sys.stderr)
     path = write_report(args.run_dir, args.output, data)
-    print(f"wrote {path}")
+    print(f"wrote {printable(path)}")
     return 0

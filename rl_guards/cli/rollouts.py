@@ -69,7 +69,7 @@ def _store(args: argparse.Namespace) -> RolloutStore | None:
     try:
         return RolloutStore(args.run_dir)
     except FileNotFoundError as exc:
-        print(f"rl-guards rollouts: {exc}", file=sys.stderr)
+        print(f"rl-guards rollouts: {printable(exc)}", file=sys.stderr)
         return None
 
 
@@ -118,7 +118,15 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"step {args.step}: {len(picked)} of {len(rows)} rollouts match; showing {min(len(picked), args.limit)}")
     for row in picked[: args.limit]:
         print(format_rollout(row, args.prompt_chars))
+    _say_undecoded(store)
     return 0
+
+
+def _say_undecoded(store: RolloutStore) -> None:
+    """Why the prompts are empty (the run's tokenizer file is missing or unreadable), and what to do."""
+    note = store.decoder_note()
+    if note is not None:
+        print(f"rl-guards rollouts: {printable(note)}", file=sys.stderr)
 
 
 def by_prompt(rows: list[dict[str, Any]]) -> OrderedDict[str, list[dict[str, Any]]]:
@@ -162,6 +170,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     where = f" (task {args.task})" if args.task else ""
     shown = min(len(common), args.limit)
     print(f"steps {step_a} vs {step_b}{where}: {len(common)} prompts in both dumps; showing {shown}")
+    _say_undecoded(store)
     if not common:
         print(
             "No rendered prompt appears in both dumps (each step samples new prompts). Pick steps from the same "

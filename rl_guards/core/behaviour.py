@@ -4,7 +4,8 @@ Per completion (:func:`row_stats`): token length, terminated (ended with EOS), r
 token ids that repeat an earlier one), thinking length and whether it has a think block, think-markup anomaly, empty
 final answer (special tokens are not answer text), answer length, share of non-ASCII characters. Per group of one
 prompt: distinct-2 across its completions (distinct token bigrams / all bigrams). Per task (:func:`summarise`): the
-means of those, the length's spread, and each reward function's mean.
+means of those, the length's spread, and each reward function's mean over its finite scores (an infinite score is
+left out and counted, so the statistics stay finite numbers a JSON record can hold).
 
 :func:`compare` reads a task's statistics at the baseline and now against thresholds; what moved beyond them is a
 :class:`Drift` with both values, the behaviour half of a drift alarm (the guard adds the reward half: reward went up).
@@ -112,6 +113,7 @@ class BehaviourStats:
     non_ascii: float = 0.0
     rewards: dict[str, float] = field(default_factory=dict)  # reward function -> mean over the scored completions
     reward_total: float | None = None  # mean weighted total
+    nonfinite_rewards: int = 0  # completions with an infinite score or total, left out of the reward means
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -137,12 +139,25 @@ def summarise(
         return BehaviourStats()
     lengths = [r.length for r in rows]
     mean = _mean(lengths)
+    # NaN / None is an unscored completion; +-inf a score no mean can hold: left out, counted per completion
     by_func: dict[str, list[float]] = {}
-    for row in rewards:
+    infinite = [False] * max(len(rewards), len(totals))
+    for i, row in enumerate(rewards):
         for name, value in row.items():
-            if value is not None and not math.isnan(value):
-                by_func.setdefault(name, []).append(float(value))
-    scored = [float(t) for t in totals if t is not None and not math.isnan(t)]
+            if value is None or math.isnan(value):
+                continue
+            if math.isinf(value):
+                infinite[i] = True
+                continue
+            by_func.setdefault(name, []).append(float(value))
+    scored = []
+    for i, total in enumerate(totals):
+        if total is None or math.isnan(total):
+            continue
+        if math.isinf(total):
+            infinite[i] = True
+            continue
+        scored.append(float(total))
     return BehaviourStats(
         completions=len(rows),
         length=mean,
@@ -158,6 +173,7 @@ def summarise(
         non_ascii=_mean([r.non_ascii for r in rows]),
         rewards={k: _mean(v) for k, v in sorted(by_func.items())},
         reward_total=_mean(scored) if scored else None,
+        nonfinite_rewards=sum(infinite),
     )
 
 

@@ -32,6 +32,7 @@ THINKING_FLAG_IGNORED = "thinking_flag_ignored"  # enable_thinking does not do w
 FLAG_NO_EFFECT = "flag_no_effect"  # enable_thinking given, template has no thinking switch (harmless)
 ROW_PREFILL = "row_prefill"  # dataset prompts open a block the template does not open in this mode
 RENDER_FAILED = "render_failed"  # the adapter could not render a probe or a row
+NO_CHAT_TEMPLATE = "no_chat_template"  # no template at all: plain-text prompts, the template checks do not apply
 
 TAIL_CHARS = 160  # characters of rendered text shown in a message
 
@@ -305,9 +306,12 @@ def check_rendered_template(
             by_kind.setdefault(kind, []).append(scan)
         elif scan.opened != used_opens:
             differs += 1
+    # "the template already adds it" only of a template whose generation prompt opens a block in some mode (with
+    # no template, or one that never opens, the row's own text holds every open)
+    template_opens = s_on.opened or s_off.opened or (s_run is not None and s_run.opened)
     for kind, scans in by_kind.items():
         message = f"{len(scans)}/{len(rows)} rendered dataset prompts: " + _describe(
-            scans[0], kind, open_tag, scans[0].opened
+            scans[0], kind, open_tag, scans[0].opened and template_opens
         )
         findings.append(TemplateFinding(kind, "error", message, "dataset rows"))
     if differs:

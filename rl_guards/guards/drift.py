@@ -27,12 +27,13 @@ key (at checkpoints)                    value
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
 from pathlib import Path
 from typing import Any, ClassVar
+
+import numpy as np
 
 from rl_guards.chat.markup import markup_from_config
 from rl_guards.config import DriftConfig
@@ -51,6 +52,7 @@ from rl_guards.core.behaviour import (
 from rl_guards.core.think_markup import prompt_opens_block
 from rl_guards.errors import DriftError
 from rl_guards.guards.base import Guard, Reporter
+from rl_guards.rollouts.drift_records import record_text
 from rl_guards.rollouts.render import printable
 
 logger = logging.getLogger("rl_guards")
@@ -143,6 +145,7 @@ class DriftGuard(Guard):
         window = self.config.reward_window
         for t, task in enumerate(names):
             rows = totals[index == t]
+            rows = rows[np.isfinite(rows)]  # an inf reward would make the task's mean, and every later window, inf
             if not len(rows):
                 continue
             mean = float(rows.mean())
@@ -200,7 +203,8 @@ class DriftGuard(Guard):
         if out is None:
             return None
         if out.get("error"):
-            self._say_failed(step, str(out["error"]), report)
+            why = str(out["error"])
+            self._say_failed(step, why, report, cause=str(out.get("cause") or generation_cause(why)))
             return None
         group = int(out["group_size"])
         names = list(out["reward_names"])
@@ -219,7 +223,8 @@ class DriftGuard(Guard):
         gather = self.ctx.all_gather_rows or (lambda r: r)
         gathered = gather(numbers)
         if any(r[0] != 1.0 for r in gathered):
-            self._say_failed(step, f"probe statistics failed on a rank{': ' + error if error else ''}", report)
+            self._say_failed(step, f"probe statistics failed on a rank{': ' + error if error else ''}", report,
+                             cause="statistics")  # fmt: skip
             return None
         gathered = [r[1:] for r in gathered]
         stats_by_task: dict[str, BehaviourStats] = {}
@@ -280,16 +285,34 @@ class DriftGuard(Guard):
                 continue
         return sorted({t for t in found if t.strip()})
 
-    def _say_failed(self, step: int, why: str, report: Reporter) -> None:
+    def _say_failed(self, step: int, why: str, report: Reporter, *, cause: str) -> None:
+        """Say once that the probe failed, with the fix for its ``cause``: ``statistics`` (rl_guards' own code on the
+        completions), ``memory`` (generation out of memory), ``trainer`` (another error in the trainer's generation
+        and scoring path), or ``""`` (on another rank, unknown here)."""
         after = (
             "drift is not measured at this checkpoint (the checkpoint is written as usual)"
             if self.baseline
             else "no baseline, so drift is not measured in this run"
         )
+        if cause == "statistics":
+            fix = (
+                "this is rl_guards' own code measuring the completions (generation went fine; memory is not the "
+                "cause): please report it with this message; drift.enabled: false turns the probe off meanwhile"
+            )
+        elif cause == "memory":
+            fix = "lower drift.prompts_per_task (fewer probe rows at once) or free memory at checkpoints"
+        elif cause == "trainer":
+            fix = (
+                "the trainer's generation or scoring path raised on the probe rows (a reward function, the template, "
+                "the generation backend): fix that error; drift.enabled: false turns the probe off meanwhile"
+            )
+        else:
+            fix = (
+                "read that rank's log: for an out-of-memory error lower drift.prompts_per_task or free memory at "
+                "checkpoints; any other error is the trainer's generation or a reward function on the probe rows"
+            )
         report.notice(
-            "probe_failed",
-            f"step {step}: {why}. Every rank skipped the probe together; {after}. Fix: lower drift.prompts_per_task "
-            "(fewer probe rows at once) or free memory at checkpoints.",
+            "probe_failed", f"step {step}: {why}. Every rank skipped the probe together; {after}. Fix: {fix}."
         )
 
     def _prompts_opened(self, rows: list[dict[str, Any]], markup: Any) -> list[bool]:
@@ -390,7 +413,7 @@ class DriftGuard(Guard):
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"step_{step:06d}.json"
             tmp = path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(record, ensure_ascii=False, indent=1), encoding="utf-8")
+            tmp.write_text(record_text(record), encoding="utf-8")
             os.replace(tmp, path)
         except OSError as exc:  # a full or read-only disk costs the record, never the run
             logger.warning("rl_guards/drift: could not write the probe record of step %s: %s", step, exc)
@@ -426,6 +449,14 @@ class DriftGuard(Guard):
         self.reward_batches = {str(k): int(v) for k, v in (state.get("reward_batches") or {}).items()}
         self.checkpoints = [int(s) for s in state.get("checkpoints", [])]
         self.alarmed = {str(k): list(v) for k, v in (state.get("alarmed") or {}).items()}
+
+
+def generation_cause(why: str) -> str:
+    """``memory`` or ``trainer`` from a failed probe generation's message (``<stage>: <ExceptionType>: ...``), ``""``
+    when the error stayed on another rank; for a ``probe_generate`` that does not hand its ``cause`` over."""
+    if "OutOfMemoryError" in why or "out of memory" in why.lower():
+        return "memory"
+    return "" if "the error is in that rank's log" in why else "trainer"
 
 
 def _sized(dataset: Any) -> bool:

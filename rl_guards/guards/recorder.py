@@ -32,6 +32,8 @@ Metrics:
 =====================================  ==========================================================
 
 A failed write is a ``write_failed`` violation (``mode: warn`` by default): warned once, counted, the run goes on.
+A dump that finds its folder gone (removed under the running job) makes it again and writes there; the removal
+is a ``folder_removed`` notice, warned once with the steps it took along, and the later dumps are all written.
 """
 
 from __future__ import annotations
@@ -98,6 +100,7 @@ class RolloutRecorder(Guard):
         self._markup = MarkupSpec()
         self._writer = BackgroundWriter(self.MAX_PENDING, name="rl_guards-rollouts")
         self._tokenizer_saved = False
+        self._folder_made = False  # the dump folder existed once (writer thread): gone later means it was removed
         self.write_errors = 0  # failed writes so far (state: survives a resume)
         # The periodic schedule, kept on every rank alike: the first generation batch at or after each multiple of
         # every_steps is dumped (with steps_per_generation > 1 a batch is generated only every few steps).
@@ -205,6 +208,7 @@ class RolloutRecorder(Guard):
         folder = self.folder
         if not folder.is_dir():
             return
+        self._folder_made = True
         try:
             for path in folder.glob(".*.tmp-*"):
                 path.unlink()
@@ -304,7 +308,11 @@ class RolloutRecorder(Guard):
         import pyarrow.parquet as pq
 
         folder = self.folder
+        removed = None
+        if self._folder_made and not folder.is_dir():  # removed under the running job: made again, and said
+            removed = sorted(s for s in self._entries if s != meta["step"])
         folder.mkdir(parents=True, exist_ok=True)
+        self._folder_made = True
         table, repaired = build_rollout_table(batches, markup=self._markup)
         meta = {**meta, "tasks": sorted(set(table.column("task").to_pylist())), "repaired_rows": repaired}
         meta["written_at"] = time.time()
@@ -326,7 +334,7 @@ class RolloutRecorder(Guard):
         if new_rows and tracker_table:
             wandb = wandb_rows(table, self.config.wandb_rows_per_task, self.ctx.decode, meta.get("checkpoint"))
         return {"step": meta["step"], "new_rows": new_rows, "index_error": index_error, "wandb": wandb,
-                "repaired": repaired, "path": str(path)}  # fmt: skip
+                "repaired": repaired, "path": str(path), "folder_removed": removed}  # fmt: skip
 
     def _save_tokenizer(self, folder: Path) -> str | None:
         """The tokenizer readers decode the ids with (``tokenizer.json``, fast tokenizers only): written with the
@@ -367,6 +375,8 @@ class RolloutRecorder(Guard):
                 )
             else:
                 value = result.value
+                if value.get("folder_removed") is not None:
+                    self._folder_removed(value["step"], value["folder_removed"], report)
                 if value["index_error"]:  # the dump is on disk; its index line or the tokenizer is not
                     self._write_failed(value["index_error"], report, dump_written=True)
                 if value["repaired"]:
@@ -375,6 +385,17 @@ class RolloutRecorder(Guard):
                     report.metric("dumped_rows", float(value["new_rows"]))
                 if value["wandb"] is not None:
                     report.table(WANDB_KEY, *value["wandb"])
+
+    def _folder_removed(self, step: int, lost: list[int], report: Reporter) -> None:
+        """The dump folder was gone when the dump of ``step`` was written: it was made again (warned once)."""
+        gone = f"the dumps of steps {lost} went with it" if lost else "no dump of this run was in it yet"
+        report.notice(
+            "folder_removed",
+            f"the rollout dump folder {self.folder} was removed while the run was writing to it ({gone}). Made it "
+            f"again: the dump of step {step} and every later one are written there, with a new index and tokenizer. "
+            "Fix: leave the folder in place while the run trains (copy dumps elsewhere to keep them), or set "
+            "rollouts.output_dir to a folder that stays.",
+        )
 
     def _write_failed(self, message: str, report: Reporter, *, dump_written: bool = False) -> None:
         self.write_errors += 1

@@ -6,7 +6,13 @@ import logging
 from typing import Any, ClassVar
 
 from rl_guards.config import TemplateConfig
-from rl_guards.core.templates import THINKING_FLAG_IGNORED, RenderedPrompt, TemplateFinding, TemplateReport
+from rl_guards.core.templates import (
+    NO_CHAT_TEMPLATE,
+    THINKING_FLAG_IGNORED,
+    RenderedPrompt,
+    TemplateFinding,
+    TemplateReport,
+)
 from rl_guards.core.think_markup import THINK, ThinkMarkup
 from rl_guards.errors import TemplateError
 from rl_guards.guards.base import Guard, Reporter
@@ -33,6 +39,8 @@ class DoubleThinkGuard(Guard):
     ================================  ============================================================================
 
     Info only: ``flag_no_effect`` (template has no switch), ``row_prefill`` (rows open a block the template does not).
+    A note (said once, not a finding): ``no_chat_template``, plain-text prompts with no template to check (the
+    dataset prompts are still scanned for the think blocks they open).
 
     ===================================  ===============================================================
     key                                  value
@@ -145,7 +153,9 @@ class DoubleThinkGuard(Guard):
         errors = self.report.errors
         report.metric("findings", float(len(errors)))
         for f in self.report.findings:
-            if f.severity != "error":
+            if f.kind == NO_CHAT_TEMPLATE:  # a supported shape, not a problem of this run: said once
+                report.note(f.kind, f.message)
+            elif f.severity != "error":
                 report.info(f.kind, f"{f.where}: {f.message}")
         for i, f in enumerate(errors):
             others = [e.kind for e in errors[i + 1 :]]

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_guards.rollouts.store import default_rollouts_dir
+from rl_guards.rollouts.untrusted_json import UnreadableJSON, parse_json
 
 FINDINGS_FILE = "findings.jsonl"
 SEVERITY_ORDER = ("error", "warning", "info")  # most severe first
@@ -74,7 +75,7 @@ def _clean(record: dict[str, Any]) -> dict[str, Any] | None:
         value = out[name]
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             out[name] = None
-    out["message"] = str(out["message"] or "")
+    out["message"] = out["message"] if isinstance(out["message"], str) else ""  # a crafted list or object: none
     step = record.get("step")
     out["step"] = step if isinstance(step, int) and not isinstance(step, bool) else None
     return out
@@ -90,10 +91,10 @@ def load_findings(path: str | os.PathLike[str] | None) -> FindingsLog:
     with open(log.path, "rb") as handle:
         for raw in handle:
             try:
-                record = json.loads(raw)
-                if not isinstance(record, dict):
-                    raise ValueError("not an object")
-            except ValueError:
+                record = parse_json(raw)
+            except UnreadableJSON:
+                record = None
+            if not isinstance(record, dict):
                 log.bad_lines += 1
                 continue
             kind = record.get("type")

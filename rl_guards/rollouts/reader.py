@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from rl_guards.rollouts.store import (
     step_file_name,
     trl_step,
 )
+from rl_guards.rollouts.untrusted_json import UnreadableJSON, parse_json
 
 
 class UnreadableDumpError(ValueError):
@@ -62,6 +62,8 @@ class RolloutStore:
         self.run_dir = Path(os.path.expandvars(os.path.expanduser(str(run_dir))))
         self.folder = find_rollouts_dir(self.run_dir)
         self._unreadable: list[str] | None = None
+        self._decoder_problem: str | None = None  # why the run's tokenizer cannot decode (see decoder_note)
+        self.undecoded = False  # a load() had ids to decode and no tokenizer: prompts were shown empty
 
     def index(self) -> list[dict[str, Any]]:
         """One entry per dump (step, rows, tasks, reason, checkpoint, file), sorted by step.
@@ -105,17 +107,47 @@ class RolloutStore:
 
     @cached_property
     def decoder(self) -> Callable[[list[int]], str] | None:
-        """Decodes ids with special tokens kept, from the run's ``tokenizer.json`` (None when it was not saved)."""
+        """Decodes ids with special tokens kept, from the run's ``tokenizer.json`` (None when it is missing or
+        unreadable: :meth:`decoder_note` says why and what to do)."""
         path = self.folder / TOKENIZER_FILE
         if not path.is_file():
+            self._decoder_problem = f"{path} is missing (a full disk or a kill during its first write kept it off disk)"
             return None
         try:
             from tokenizers import Tokenizer
 
             tokenizer = Tokenizer.from_file(str(path))
-        except Exception:  # an unreadable tokenizer file: texts fall back to what the reward functions saw
+        except Exception as exc:  # an unreadable tokenizer file: texts fall back to what the reward functions saw
+            self._decoder_problem = f"{path} cannot be read ({type(exc).__name__}: {str(exc)[:120]})"
             return None
         return lambda ids: tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def decoder_note(self) -> str | None:
+        """Why prompts were shown empty, and how to get them back; None while every load decoded its ids."""
+        if not self.undecoded or self._decoder_problem is None:
+            return None
+        source = next(iter(self._tokenizer_copies()), None)
+        copy = f"cp {source} {self.folder / TOKENIZER_FILE}" if source is not None else (
+            f"save the run's tokenizer there: AutoTokenizer.from_pretrained(MODEL).backend_tokenizer.save("
+            f"'{self.folder / TOKENIZER_FILE}')"
+        )  # fmt: skip
+        return (
+            f"{self._decoder_problem}: prompts are shown empty and completions as the reward functions saw them "
+            f"(special tokens dropped). Fix: {copy}"
+            + (" (the trainer saves the run's tokenizer with its checkpoints)" if source is not None else "")
+        )
+
+    def _tokenizer_copies(self) -> list[Path]:
+        """The run's own ``tokenizer.json`` files the trainer saved (output folder, checkpoints), newest first."""
+        runs = {self.run_dir, self.folder.parent.parent}  # given the output folder, or its rollouts folder
+        found = [p for run in runs for p in (run / TOKENIZER_FILE, *run.glob(f"checkpoint-*/{TOKENIZER_FILE}"))]
+        files = []
+        for path in found:
+            try:
+                files.append((path.stat().st_mtime, path))
+            except OSError:  # gone meanwhile, or not readable: not a copy to suggest
+                continue
+        return [p for _, p in sorted(files, reverse=True) if p.is_file()]
 
     def table(self, step: int, columns: list[str] | None = None) -> Any:
         """The dump of ``step`` as a ``pyarrow.Table`` (only ``columns`` when given).
@@ -172,6 +204,8 @@ class RolloutStore:
         decode = self.decoder
         prompts: dict[tuple[int, ...], str] = {}
         for row in rows:
+            if decode is None and any(c in want and c not in row for c in DECODED_COLUMNS):
+                self.undecoded = True  # said by decoder_note(): an empty prompt is no answer
             if "completion" in want and "completion" not in row:
                 ids = row.get("completion_ids")
                 text = _decode(decode, ids) if decode and ids else None
@@ -282,7 +316,7 @@ def _with_rewards(row: dict[str, Any]) -> dict[str, Any]:
     raw = row.get("columns")
     if isinstance(raw, str):
         try:
-            row["columns"] = json.loads(raw)
-        except ValueError:
+            row["columns"] = parse_json(raw)
+        except UnreadableJSON:  # kept as the text it is
             pass
     return row

@@ -4,16 +4,16 @@ sampled rollouts at each checkpoint side by side per prompt, so a person sees be
 up.
 
 Sources: ``findings.jsonl`` next to the dumps (:mod:`rl_guards.rollouts.findings`), the drift records, the rollout
-dumps (:class:`~rl_guards.rollouts.reader.RolloutStore`) and the newest
+dumps (:class:`~rl_guards.rollouts.reader.RolloutStore`) and the newest readable
 ``trainer_state.json`` under the run folder (its ``log_history`` keys ``rl_guards_task/<task>/reward_mean``,
 ``.../dead_group_share`` (the dead-groups guard), ``.../truncated_rate`` and TRL's ``reward``, when present).
-Inline CSS and SVG only: no script, no network; every text from the run is HTML-escaped.
+Inline CSS and SVG only: no script, no network; every text from the run is HTML-escaped (a lone surrogate shown
+as ``⟨U+D800⟩``). Every file is untrusted input: one that cannot be read is named on the page and skipped.
 """
 
 from __future__ import annotations
 
 import html
-import json
 import math
 import os
 import re
@@ -25,6 +25,8 @@ from rl_guards.core.metric_keys import parse_task_metric_key
 from rl_guards.rollouts.findings import FindingsLog, find_findings_file, load_findings
 from rl_guards.rollouts.reader import RolloutStore, has_anomaly
 from rl_guards.rollouts.render import flags, fmt_number, tail, visible_whitespace
+from rl_guards.rollouts.store import write_atomic
+from rl_guards.rollouts.untrusted_json import UnreadableJSON, read_json
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f")
 MAX_COLUMNS = 6  # dumps shown side by side
@@ -35,6 +37,7 @@ CHART_METRICS = ("reward_mean", "dead_group_share", "dead_share", "truncated_rat
 # log_history metric -> chart key, where the guard's name differs from the dump statistic's
 LOG_METRIC_CHART = {"dead_group_share": "dead_share"}
 SPECIAL_TOKEN = re.compile(r"(&lt;\|[^|<>]{1,40}\|&gt;|&lt;/?think&gt;)")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 STAT_COLUMNS = ["task", "group", "reward", "truncated", "think_anomalies"]  # what dump_stats reads
 # float32's largest: TRL computes rewards in float32, so a logged value beyond it was inf there (or a non-finite
@@ -56,42 +59,70 @@ class RunData:
     columns: list[tuple[str, list[dict[str, Any]]]] = field(default_factory=list)  # (title, rows) per dump shown
     skipped: dict[str, int] = field(default_factory=dict)  # chart metric -> non-finite values left out of it
     unreadable: list[str] = field(default_factory=list)  # files (and why) that could not be read
+    notes: list[str] = field(default_factory=list)  # what a reader must know (prompts not decoded, and the fix)
     drift: list[dict[str, Any]] = field(default_factory=list)  # the drift guard's probe records, by step
     findings: FindingsLog = field(default_factory=FindingsLog)  # findings.jsonl: per kind, and the stop
 
 
-def find_trainer_state(run_dir: str | os.PathLike[str]) -> Path | None:
-    """The newest ``trainer_state.json`` under ``run_dir`` (also in ``checkpoint-*/``): highest global step, then
-    newest file."""
+def read_trainer_state(path: Path) -> dict[str, Any]:
+    """A ``trainer_state.json`` as the report uses it, or :class:`UnreadableJSON` naming what is wrong: a JSON
+    object whose ``global_step`` is a non-negative integer (absent: 0) and whose ``log_history`` is a list."""
+    state = read_json(path)
+    if not isinstance(state, dict):
+        raise UnreadableJSON(f"a JSON {type(state).__name__}, not an object")
+    step = state.get("global_step", 0)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise UnreadableJSON(f"global_step {step!r} is no non-negative integer"[:200])
+    if not isinstance(state.get("log_history", []), list):
+        raise UnreadableJSON("log_history is not a list")
+    return state
+
+
+def find_trainer_state(run_dir: str | os.PathLike[str], unreadable: list[str] | None = None) -> Path | None:
+    """The newest readable ``trainer_state.json`` under ``run_dir`` (also in ``checkpoint-*/``): highest global
+    step, then newest file. The others that cannot be read are added to ``unreadable`` (path and why)."""
     best: tuple[int, float] | None = None
     found = None
     for path in Path(run_dir).rglob("trainer_state.json"):
         try:
-            step = int(json.loads(path.read_text(encoding="utf-8")).get("global_step", 0))
-        except (OSError, ValueError):
+            step = read_trainer_state(path).get("global_step", 0)
+            key = (step, path.stat().st_mtime)
+        except (UnreadableJSON, OSError) as exc:  # crafted or damaged: named, and the next newest is used
+            if unreadable is not None:
+                unreadable.append(f"{path} ({exc})")
             continue
-        key = (step, path.stat().st_mtime)
         if best is None or key > best:
             best, found = key, path
     return found
+
+
+def _number(value: Any) -> float | None:
+    """A JSON number as a float (inf for an integer beyond float's range); None for anything else or NaN."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer of 400 digits: as good as inf for a chart
+        return math.inf if value > 0 else -math.inf
+    return None if math.isnan(number) else number
 
 
 def log_history_curves(state_path: Path, skipped: dict[str, int] | None = None) -> dict[str, Series]:
     """metric -> task -> [(step, value)] from ``log_history``; TRL's overall ``reward`` as task ``(all)``.
 
     Non-finite values (a reward of 1e300 is inf in float32) are left out of the charts and counted per chart
-    metric in ``skipped``.
+    metric in ``skipped``; entries that are no mapping with a finite step are skipped. :class:`UnreadableJSON`
+    when the file is no trainer state (:func:`read_trainer_state`).
     """
-    history = json.loads(state_path.read_text(encoding="utf-8")).get("log_history", [])
-    if not isinstance(history, list):
-        raise ValueError(f"{state_path}: log_history is not a list")
+    history = read_trainer_state(state_path).get("log_history", [])
     curves: dict[str, Series] = {}
     for entry in history:
-        step = entry.get("step") if isinstance(entry, dict) else None
-        if not isinstance(step, int | float) or isinstance(step, bool) or not math.isfinite(step):
+        step = _number(entry.get("step")) if isinstance(entry, dict) else None
+        if step is None or not math.isfinite(step):
             continue
-        for key, value in entry.items():
-            if not isinstance(value, int | float) or isinstance(value, bool) or math.isnan(value):
+        for key, raw in entry.items():
+            value = _number(raw)
+            if value is None:
                 continue
             parsed = parse_task_metric_key(key)
             if parsed is not None and parsed[1] in CHART_METRICS:
@@ -104,7 +135,7 @@ def log_history_curves(state_path: Path, skipped: dict[str, int] | None = None) 
                 if skipped is not None:
                     skipped[metric] = skipped.get(metric, 0) + 1
                 continue
-            curves.setdefault(metric, {}).setdefault(task, []).append((float(step), float(value)))
+            curves.setdefault(metric, {}).setdefault(task, []).append((step, value))
     return curves
 
 
@@ -151,11 +182,11 @@ def collect(run_dir: str | os.PathLike[str]) -> RunData:
         data.unreadable.append(f"findings.jsonl ({type(exc).__name__}: {str(exc)[:160]})")
     if data.findings.bad_lines:
         data.unreadable.append(f"{data.findings.path} ({data.findings.bad_lines} unreadable line(s) skipped)")
-    data.trainer_state = find_trainer_state(run_dir)
+    data.trainer_state = find_trainer_state(run_dir, data.unreadable)
     if data.trainer_state is not None:
         try:
             data.log_curves = log_history_curves(data.trainer_state, data.skipped)
-        except Exception as exc:  # a damaged trainer_state.json: the dumps still make a report
+        except Exception as exc:  # changed since it was found: the dumps still make a report
             data.unreadable.append(f"{data.trainer_state} ({type(exc).__name__}: {str(exc)[:160]})")
             data.log_curves = {}
     try:
@@ -194,6 +225,7 @@ def collect(run_dir: str | os.PathLike[str]) -> RunData:
             data.columns.append((title, store.load(entry["step"])))
         except Exception as exc:
             data.unreadable.append(f"{entry['file']} ({type(exc).__name__}: {str(exc)[:160]})")
+    data.notes += [note] if (note := store.decoder_note()) else []
     return data
 
 
@@ -448,6 +480,7 @@ def render_html(data: RunData) -> str:
         if (n := data.skipped.get(m))
     )
     notes += "".join(f'<div class="meta">skipped unreadable file: {esc(item)}</div>' for item in data.unreadable)
+    notes += "".join(f'<div class="meta bad">{esc(note)}</div>' for note in data.notes)
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
         f"<title>rl_guards report — {esc(data.run_dir.name)}</title><style>{CSS}</style></head><body>"
@@ -511,7 +544,7 @@ def _findings_section(log: FindingsLog) -> str:
 def _drift_section(records: list[dict[str, Any]]) -> str:
     """Behaviour of the fixed probe prompts per checkpoint, the changes since the baseline, completions side by
     side (empty when the run has no drift records)."""
-    from rl_guards.rollouts.drift_records import TABLE_STATS, changes, probe_pair, stats_of
+    from rl_guards.rollouts.drift_records import TABLE_STATS, changes, probe_pair, record_notes, stat_value, stats_of
 
     if not records:
         return ""
@@ -519,6 +552,7 @@ def _drift_section(records: list[dict[str, Any]]) -> str:
     parts = [
         "<h2>Behaviour drift on the probe prompts</h2>",
         '<div class="meta">The same prompts generated at step 0 (baseline) and at every checkpoint.</div>',
+        *(f'<div class="meta">{esc(note)}</div>' for note in record_notes(records)),
     ]
     tasks = sorted({t for r in records for t in r.get("stats", {})})
     for task in tasks:
@@ -529,7 +563,7 @@ def _drift_section(records: list[dict[str, Any]]) -> str:
             if stats is None:
                 continue
             alarm = any(a.get("task") == task for a in record.get("alarms", []))
-            cells = "".join(f"<td>{esc(fmt_value(getattr(stats, key)))}</td>" for key, _ in TABLE_STATS)
+            cells = "".join(f"<td>{esc(fmt_value(stat_value(record, task, key)))}</td>" for key, _ in TABLE_STATS)
             body += f"<tr{' class=bad' if alarm else ''}><td>{esc(str(record['step']))}</td>{cells}</tr>"
         parts.append(f"<h3>task {esc(task)}</h3><table><tr><th>step</th>{head}</tr>{body}</table>")
     for task, step, drifts in changes(records):
@@ -560,7 +594,12 @@ def write_report(
     data = data if data is not None else collect(run_dir)
     path = Path(output) if output else Path(run_dir) / "rl_guards_report.html"
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(render_html(data), encoding="utf-8")
-    os.replace(tmp, path)
+    page = printable_page(render_html(data))
+    write_atomic(path, lambda tmp: tmp.write_text(page, encoding="utf-8"))  # no temp file left when it fails
     return path
+
+
+def printable_page(page: str) -> str:
+    """``page`` with each lone surrogate (a task name or message decoded from bad bytes, a crafted JSON escape)
+    shown as ``⟨U+D800⟩``, as the terminal views show it: UTF-8 cannot encode it, so the page could not be written."""
+    return _SURROGATE.sub(lambda m: f"⟨U+{ord(m.group()):04X}⟩", page)

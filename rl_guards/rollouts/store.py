@@ -44,6 +44,7 @@ from typing import Any
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.core.think_codes import KINDS, codes_of
 from rl_guards.core.think_markup import THINK, ThinkMarkup, anomalies_for_mode, scan
+from rl_guards.rollouts.untrusted_json import parse_json
 
 SCHEMA_VERSION = 3
 STEP_SCHEMA = 3  # the first schema whose ``step`` is TRL's (older dumps hold the generation step, one less)
@@ -77,7 +78,7 @@ def read_dump_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     raw = meta.get(METADATA_KEY)
     if raw is None:
         raise ValueError(f"{path} is not an rl_guards rollout dump (no {METADATA_KEY.decode()!r} metadata)")
-    return json.loads(raw)
+    return parse_json(raw)
 
 
 def trl_step(stored_step: int, schema_version: int | None) -> int:

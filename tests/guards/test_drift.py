@@ -228,3 +228,47 @@ def test_the_training_reward_rise_needs_two_batches_a_half(means: list[float], e
     guard.reward_batches["t"] = len(means)
     got = guard._train_reward("t")
     assert got == expected if expected is None else got == pytest.approx(expected)
+
+
+# ----- issue 41 item 5: drift/probe_failed gives the fix for its cause ------------------------------------------
+def _generated(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    n = 2 * len(rows)
+    return {"group_size": 2, "completion_ids": [[5, 6]] * n, "terminated": [True] * n, "rewards": [[1.0]] * n,
+            "reward_names": ["f"], "reward_weights": [1.0]}  # fmt: skip
+
+
+def _broken_decode(ids: list[int]) -> str:
+    raise KeyError("a bug in the probe statistics")
+
+
+@pytest.mark.parametrize(
+    ("cause", "generate", "decode", "fix", "not_said"),
+    [
+        ("statistics", _generated, _broken_decode, "rl_guards' own code measuring the completions", "free memory"),
+        ("oom", lambda rows: {"error": "probe generation failed: generation: OutOfMemoryError: CUDA out of memory"},
+         None, "lower drift.prompts_per_task", "report it"),
+        ("template", lambda rows: {"error": "probe generation failed: prompt templating: TemplateError: no role"},
+         None, "fix that error", "free memory"),
+        ("cause handed over", lambda rows: {"error": "probe generation failed: generation: RuntimeError: x",
+                                            "cause": "memory"}, None, "free memory", "report it"),
+        ("another rank", lambda rows: {"error": "probe generation failed on rank 1 (the error is in that rank's log)"},
+         None, "read that rank's log", "report it"),
+    ],
+    ids=["statistics", "oom", "template", "cause handed over", "another rank"],
+)  # fmt: skip
+def test_probe_failed_gives_the_fix_for_its_cause(
+    tmp_path: Path, cause: str, generate: Any, decode: Any, fix: str, not_said: str
+) -> None:
+    from rl_guards.config import GuardsConfig
+    from rl_guards.guards.base import GuardSession, RunContext, run_hook
+
+    guard = DriftGuard(GuardsConfig.from_dict({"drift": {"mode": "warn", "prompts_per_task": 1}}))
+    guard.setup(RunContext(output_dir=str(tmp_path), train_dataset=make_dataset(n_per_task=2), probe_generate=generate,
+                           decode=decode or (lambda ids: "x")))  # fmt: skip
+    session = GuardSession()
+    with pytest.warns(UserWarning, match="probe_failed|Every rank skipped the probe"):
+        run_hook(guard, "on_train_begin", session, 0)
+    [finding] = [f for f in session.findings if f.kind == "probe_failed"]
+    assert fix in finding.message  # e1b9f62: "lower drift.prompts_per_task ... or free memory" for every cause
+    assert not_said not in finding.message
+    assert not [f for f in session.findings if f.kind == "internal_error"]

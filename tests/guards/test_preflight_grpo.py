@@ -160,3 +160,25 @@ def test_a_failing_sweep_cell_is_recorded(tmp_path: Path) -> None:
     assert "failed: RuntimeError" in result.markdown()
     with pytest.raises(ValueError, match="learning_rates is empty"):
         run_lr_sweep(make_trainer, base, [], output_dir=tmp_path / "s")
+
+
+@pytest.mark.slow
+def test_plain_text_prompts_without_a_chat_template_train_with_a_note(
+    make_grpo_trainer: Any, tiny: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 41 item 7: TRL's standard plain-text format on a tokenizer with no chat template (a base model)."""
+    from rl_guards.guards.template import DoubleThinkGuard
+
+    tokenizer = tiny.load_tokenizer()
+    tokenizer.chat_template = None
+    rows = make_dataset()
+    strings = Dataset.from_dict({"prompt": [p[-1]["content"] for p in rows["prompt"]], "task": rows["task"],
+                                 "answer": rows["answer"]})  # fmt: skip
+    trainer = make_grpo_trainer(processing_class=tokenizer, train_dataset=strings, max_steps=1)
+    run = rl_guards.install(trainer, guards=[PreflightGuard, DoubleThinkGuard])
+    trainer.train()
+    kinds = {(f.guard, f.kind) for f in run.session.findings}
+    assert ("preflight", "internal_error") not in kinds, run.summary()  # e1b9f62: ValueError, no chat template
+    assert ("template", "render_failed") not in kinds, run.summary()  # e1b9f62: "probe render failed"
+    assert "prompts are plain text" in run.session.notes[("template", "no_chat_template")]
+    assert "[plain_text_prompts] prompts are plain text" in capsys.readouterr().out

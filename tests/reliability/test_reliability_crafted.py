@@ -328,3 +328,68 @@ def test_a_lone_surrogate_task_from_an_iterable_dataset_trains_through_a_checkpo
     assert [decode_task(t) for t in labels] == ["arith", "echo\ud800"]
     logged = {parse_task_metric_key(k) for e in state["log_history"] for k in e if parse_task_metric_key(k)}
     assert ("echo\ud800", "reward_mean") in logged
+
+
+# ----- issue 41 item 3: one non-finite reward never costs the drift records --------------------------------
+def _probe_with_an_inf_reward(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Two completions per probe prompt; the first completion's score is inf (a reward that divides by zero)."""
+    n = 2 * len(rows)
+    rewards: list[list[float | None]] = [[math.inf]] + [[float(i % 2)] for i in range(1, n)]
+    return {"group_size": 2, "completion_ids": [[5, 6, 7, 8]] * n, "terminated": [True] * n, "rewards": rewards,
+            "reward_names": ["arith_correct"], "reward_weights": [1.0]}  # fmt: skip
+
+
+def test_an_inf_reward_keeps_the_baseline_and_every_checkpoint_comparison(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rl_guards.guards.base import RunContext
+    from rl_guards.guards.drift import DriftGuard
+    from rl_guards.testing import make_dataset
+
+    guard = DriftGuard(GuardsConfig.from_dict({"drift": {"mode": "warn", "prompts_per_task": 2}}))
+    dataset = make_dataset(n_per_task=4)
+    guard.setup(RunContext(output_dir=str(tmp_path), train_dataset=dataset, probe_generate=_probe_with_an_inf_reward,
+                           decode=lambda ids: "7" * len(ids)))  # fmt: skip
+    session = GuardSession()
+    run_hook(guard, "on_train_begin", session, 0)
+    for step in (1, 2, 3, 4):  # train batches with an inf reward: the training reward windows stay finite
+        run_hook(guard, "on_batch", session, step, make_batch(step, scores=[math.inf, 0.0, 1.0, 0.0, 1.0, 0.0]))
+    run_hook(guard, "before_save", session, 4, str(tmp_path / "checkpoint-4"))
+    assert not [f for f in session.findings if f.kind == "internal_error"]
+
+    folder = find_drift_dir(tmp_path)
+    for path in folder.glob("step_*.json"):
+        assert "Infinity" not in path.read_text() and "NaN" not in path.read_text()  # e1b9f62: Infinity
+    records, bad = load_records(folder)
+    assert bad == [] and [r["step"] for r in records] == [0, 4]  # e1b9f62: both records skipped as unreadable
+    arith = records[0]["stats"]["arith"]
+    assert arith["nonfinite_rewards"] == 1 and arith["rewards"] == {"arith_correct": pytest.approx(2 / 3)}
+    assert records[1]["train_reward"]["arith"] == [pytest.approx(1 / 3), pytest.approx(1 / 3)]  # e1b9f62: inf
+
+    assert cli(["drift", str(tmp_path)]) == 0  # e1b9f62: exit 2, "no readable record"
+    out = capsys.readouterr()
+    rows = [line.split()[0] for line in out.out.splitlines() if line.startswith("  ")]
+    assert rows == ["step", "0", "4", "step", "0", "4"]  # both tasks: the baseline and the checkpoint
+    assert "completions with an infinite reward, left out of the reward means: arith 1" in out.err
+    assert cli(["report", str(tmp_path), "-o", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text()
+    assert "Behaviour drift on the probe prompts" in page and "infinite reward" in page  # e1b9f62: no drift section
+
+
+def test_a_record_with_one_bad_statistic_keeps_the_rest(good_run: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(good_run, run)
+    path = run / "rl_guards" / "rollouts" / "drift" / "step_000002.json"
+    record = json.loads(path.read_text())
+    record["stats"]["arith"]["length"] = math.inf
+    record["stats"]["arith"]["rewards"]["arith_correct"] = "x"
+    path.write_text(json.dumps(record))
+    records, bad = load_records(find_drift_dir(run))
+    assert bad == [] and len(records) == 2  # e1b9f62: the whole record was skipped
+    last = records[1]
+    assert last["unreadable_fields"] == ["stats.arith.length", "stats.arith.rewards.arith_correct"]
+    assert "length" not in last["stats"]["arith"] and last["stats"]["arith"]["completions"] == 2
+    assert last["probes"][0]["completion"] == "<think>2</think>7"
+    from rl_guards.rollouts.drift_records import changes
+
+    assert [d.stat for _, _, drifts in changes(records) for d in drifts] == []  # a left-out length is no change

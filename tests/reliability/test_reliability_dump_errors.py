@@ -91,3 +91,62 @@ def test_after_the_folder_is_removed_mid_run_the_index_lists_only_the_files_on_d
     out = capsys.readouterr().out
     assert "<|im_start|>user" in out
     assert h.metric("write_errors") == []
+
+
+# ----- issue 41 item 5: a removed dump folder is said, and every later dump written ---------------------------
+def test_a_dump_folder_removed_mid_run_is_made_again_and_warned_once(tmp_path: Path) -> None:
+    folder = tmp_path / "rl_guards" / "rollouts"
+    h = Harness(str(tmp_path), every_steps=1)
+    h.begin(0)
+    h.batch(make_batch(0))
+    h.batch(make_batch(1))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        shutil.rmtree(folder)  # removed under the running job
+        h.batch(make_batch(2))
+        shutil.rmtree(folder)  # and again
+        h.batch(make_batch(3))
+        h.batch(make_batch(4))
+    assert RolloutStore(tmp_path).steps() == [3, 4]  # every dump after the removals is on disk
+    assert h.session.counts[("rollouts", "folder_removed")] == 2  # e1b9f62: 0, not a word
+    said = [str(w.message) for w in caught if issubclass(w.category, RLGuardsWarning)]
+    assert len(said) == 1, said  # warned once, then counted
+    assert f"{folder} was removed while the run was writing to it (the dumps of steps [0, 1] went with it)" in said[0]
+    assert "the dump of step 2 and every later one are written there" in said[0] and "rollouts.output_dir" in said[0]
+    [first, second] = [f for f in h.session.findings if f.kind == "folder_removed"]
+    assert (first.step, second.step) == (2, 3) and "steps [2]" in second.message
+    assert h.metric("write_errors") == [] and not [f for f in h.session.findings if f.kind == "internal_error"]
+
+
+# ----- issue 41 item 5: empty prompts are explained ------------------------------------------------------------
+@pytest.mark.parametrize("damage", ["missing", "empty", "cut"])
+def test_prompts_shown_empty_say_why_and_what_to_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
+    folder = tmp_path / "rl_guards" / "rollouts"
+    h = Harness(str(tmp_path), every_steps=1)
+    h.begin(0)
+    h.batch(make_batch(0))
+    saved = tmp_path / "checkpoint-1" / TOKENIZER_FILE  # the trainer saves the run's tokenizer with a checkpoint
+    saved.parent.mkdir()
+    shutil.copy(folder / TOKENIZER_FILE, saved)
+    if damage == "missing":
+        (folder / TOKENIZER_FILE).unlink()
+    else:
+        text = (folder / TOKENIZER_FILE).read_bytes()
+        (folder / TOKENIZER_FILE).write_bytes(b"" if damage == "empty" else text[: len(text) // 2])
+    assert cli(["rollouts", str(tmp_path), "show", "--step", "0"]) == 0
+    out = capsys.readouterr()
+    assert "prompt (tail):\n  \n" in out.out  # the prompt is empty: its ids cannot be decoded
+    # e1b9f62: not a word on stderr
+    assert str(folder / TOKENIZER_FILE) in out.err and "prompts are shown empty" in out.err
+    assert ("is missing" if damage == "missing" else "cannot be read") in out.err
+    assert f"Fix: cp {saved} {folder / TOKENIZER_FILE}" in out.err
+    assert cli(["report", str(tmp_path), "-o", str(tmp_path / "r.html")]) == 0
+    assert "prompts are shown empty" in capsys.readouterr().err
+    assert "prompts are shown empty" in (tmp_path / "r.html").read_text()
+
+    shutil.copy(saved, folder / TOKENIZER_FILE)  # the fix it names
+    assert cli(["rollouts", str(tmp_path), "show", "--step", "0"]) == 0
+    out = capsys.readouterr()
+    assert "<|im_start|>user" in out.out and out.err == ""

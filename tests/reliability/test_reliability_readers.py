@@ -156,3 +156,44 @@ def test_output_dir_with_a_tilde_and_a_variable_is_expanded(tmp_path: Path, monk
     assert not Path("~").exists()
     assert RolloutStore("~/x/$DUMPS").steps() == [0]
     shutil.rmtree(tmp_path / "home")
+
+
+# ----- issue 41 item 4: a lone-surrogate task name and a crafted trainer_state.json never break the report ---
+def test_a_lone_surrogate_task_name_is_shown_on_the_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rl_guards.core.metric_keys import task_metric_key
+
+    _good_run(tmp_path)
+    history = [{"step": s, task_metric_key("arith\ud800", "reward_mean"): 0.5 * s} for s in (1, 2)]
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"global_step": 2, "log_history": history}))
+    (tmp_path / "findings.jsonl").write_text('{"type": "finding", "guard": "g\\udc80", "kind": "k", "count": 1}\n')
+    assert cli(["report", str(tmp_path), "-o", str(tmp_path / "r.html")]) == 0  # e1b9f62: UnicodeEncodeError
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "arith⟨U+D800⟩" in page and "g⟨U+DC80⟩/k" in page
+    assert not list(tmp_path.glob(".*tmp*"))  # e1b9f62: a 0-byte .r.html.tmp-<pid> was left
+
+
+CRAFTED_STATES = {
+    "null step": '{"global_step": null, "log_history": []}',  # e1b9f62: TypeError
+    "inf step": '{"global_step": Infinity, "log_history": []}',  # e1b9f62: OverflowError
+    "a list": "[1, 2]",  # e1b9f62: AttributeError
+    "deep nesting": "[" * 100_000 + "]" * 100_000,  # e1b9f62: RecursionError
+    "empty": "",
+    "cut": '{"global_step": 3, "log_hist',
+}
+
+
+@pytest.mark.parametrize("crafted", sorted(CRAFTED_STATES))
+def test_a_crafted_trainer_state_is_named_and_the_checkpoint_state_is_used(
+    tmp_path: Path, crafted: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _good_run(tmp_path)
+    (tmp_path / "checkpoint-1").mkdir()
+    good = {"global_step": 1, "log_history": [{"step": 1, "reward": 0.25}]}
+    (tmp_path / "checkpoint-1" / "trainer_state.json").write_text(json.dumps(good))
+    (tmp_path / "trainer_state.json").write_text(CRAFTED_STATES[crafted])
+    assert cli(["report", str(tmp_path), "-o", str(tmp_path / "r.html")]) == 0
+    err = capsys.readouterr().err
+    assert err.count("skipped unreadable file") == 1 and str(tmp_path / "trainer_state.json") in err
+    data = collect(tmp_path)
+    assert data.trainer_state == tmp_path / "checkpoint-1" / "trainer_state.json"
+    assert data.log_curves["reward_mean"] == {"(all, TRL)": [(1.0, 0.25)]}

@@ -149,3 +149,56 @@ def test_mixed_deepseek_run_cannot_turn_thinking_off(make_grpo_trainer: Any) -> 
     honour_thinking_column(trainer)
     with pytest.raises(TemplateError, match="enable_thinking=False still leaves"):
         trainer.train()
+
+
+# ----- issue 41 item 7: plain-text prompts and no chat template are a supported shape -----------------------------
+def _plain_text_context(tmp_path: Any, prompts: list[Any]) -> RunContext:
+    from rl_guards.testing import tiny_grpo_config
+
+    tokenizer = build_tokenizer()
+    tokenizer.chat_template = None  # a base model's tokenizer: TRL's standard plain-text format needs none
+    return RunContext(tokenizer=tokenizer, args=tiny_grpo_config(tmp_path), train_dataset=Dataset.from_dict(
+        {"prompt": prompts, "task": ["arith"] * len(prompts)}))  # fmt: skip
+
+
+def test_plain_text_prompts_without_a_chat_template_get_a_note_not_a_failure(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rl_guards.guards.preflight import PreflightGuard
+
+    ctx = _plain_text_context(tmp_path, ["What is 2+2? Answer with the number.", "Repeat the word: apple"])
+    session = GuardSession()
+    guards = [PreflightGuard(rl_guards.GuardsConfig()), DoubleThinkGuard(rl_guards.GuardsConfig())]
+    for guard in guards:
+        guard.setup(ctx)
+        run_hook(guard, "on_train_begin", session, 0)
+    kinds = {(f.guard, f.kind) for f in session.findings}
+    assert ("preflight", "internal_error") not in kinds  # e1b9f62: ValueError, no chat template
+    assert ("template", "render_failed") not in kinds  # e1b9f62: "probe render failed"
+    assert not [f for f in session.findings if f.severity != "info"], session.findings
+    note = session.notes[("template", "no_chat_template")]
+    assert "prompts are plain text" in note and "do not apply" in note and "still checked" in note
+    printed = capsys.readouterr().out  # the preflight report says it too, as an info line
+    assert "[plain_text_prompts] prompts are plain text and the tokenizer has no chat template" in printed
+    assert "still checked:" in printed.replace("\n", " ").replace("  ", " ") and "BLOCKING" not in printed
+
+
+def test_without_a_chat_template_a_doubled_prefill_in_the_text_is_still_caught(tmp_path: Any) -> None:
+    ctx = _plain_text_context(tmp_path, ["What is 2+2?\n<think>\n<think>\n"] * 2)
+    guard = DoubleThinkGuard(rl_guards.GuardsConfig.from_dict({"template": {"mode": "warn"}}))
+    guard.setup(ctx)
+    session = GuardSession()
+    with pytest.warns(UserWarning, match="2 unclosed '<think>' at the end of the prompt"):
+        run_hook(guard, "on_train_begin", session, 0)
+    assert session.counts[("template", "double_open")] == 1 and ("template", "render_failed") not in session.counts
+    [finding] = [f for f in session.findings if f.kind == "double_open"]
+    assert "keep a single '<think>'" in finding.message and "template already adds it" not in finding.message
+
+
+def test_conversational_prompts_without_a_chat_template_block_in_preflight(tmp_path: Any) -> None:
+    from rl_guards.chat.preflight import build_preflight_report
+
+    ctx = _plain_text_context(tmp_path, [[{"role": "user", "content": "What is 2+2?"}]] * 2)
+    report = build_preflight_report(ctx.args, ctx.tokenizer, ctx.train_dataset)  # e1b9f62: ValueError
+    [finding] = report.find("no_chat_template")
+    assert finding.severity == "blocking" and "TRL cannot render them" in finding.message
