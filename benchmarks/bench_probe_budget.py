@@ -77,6 +77,7 @@ def run_one(delay: float, steps: int) -> dict[str, Any]:
             "share_end": probes.spent / wall,
             "share_max": max(shares[1:], default=0.0),
             "rounds": probes.rounds,
+            "aborted": probes.aborted,
             "round_steps": list(probes.coverage.get("steps", [])),
             "texts": list(probes.texts),
             "findings": sorted(f"{f.guard}/{f.kind}" for f in run.findings if f.guard == "probes"),
@@ -93,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"reward {delay * 1000:g} ms per call, {r['steps']} steps: probes {r['probe_s']} s of {r['wall_s']} s = "
             f"{r['share_end']:.2%} of the run (largest after any step {r['share_max']:.2%}; budget 2%); "
-            f"{r['rounds']} round(s) at step(s) {r['round_steps']}, texts per round {r['texts']}; probe findings "
+            f"{r['rounds']} round(s) ({r['aborted']} stopped before a pass) at step(s) {r['round_steps']}, "
+            f"texts per round {r['texts']}; probe findings "
             f"{r['findings'] or 'none'}"
         )
     return 0

@@ -94,6 +94,8 @@ def summary(guard: Any) -> str:
         f"probes: {guard.rounds} round(s), {guard.spent:.2f} s, {guard.spent / max(guard.elapsed, 1e-9):.1%} of the "
         f"run's time on this rank (budget {guard.config.budget:.0%})"
     ]
+    if getattr(guard, "aborted", 0):
+        lines[0] += f"; {guard.aborted} round(s) stopped before their first pass (over the budget)"
     if not guard.coverage:
         return lines[0] + "; nothing probed yet"
     lines[0] += f", at step(s) {', '.join(str(s) for s in guard.coverage['steps'])}"

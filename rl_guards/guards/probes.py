@@ -30,6 +30,7 @@ from rl_guards.rewards.slicing import drain_watched
 
 LATER_ROWS = 4  # rows per task of a probe after the first (a verdict needs 3 of them, from 2 groups)
 TEXTS_PER_ROW = 120  # texts a function scores per probed row (both passes), for the cost estimate
+PASSES = 4  # calls a function gets in a probe (two passes, a narrowing or a stability check), for the estimate
 
 
 class RewardProbeGuard(Guard):
@@ -67,6 +68,8 @@ class RewardProbeGuard(Guard):
         super().__init__(config)
         self.config: ProbesConfig
         self.rounds = 0
+        self.aborted = 0  # rounds stopped before their first pass (the budget did not reach it)
+        self._prep = 0.0  # seconds to build one row's variants (the most seen)
         self.last_step = -1
         self.spent = 0.0  # seconds spent probing (this rank)
         self.elapsed = 0.0  # seconds of the run seen (this rank), probes included
@@ -120,12 +123,19 @@ class RewardProbeGuard(Guard):
 
     def _probe(self, batch: RolloutBatch, held: list[int], functions: list[tuple[int, str]]) -> dict[int, Any]:
         calls = self.ctx.checked_calls
-        per_row = sum(calls.expected(i, TEXTS_PER_ROW) for i, _ in functions)
+        start = time.perf_counter()
+        self._calibrate(batch, held, functions)
+        # a probe's cost: a few calls per function (its passes) and each row's texts in them
+        fixed = sum(PASSES * calls.per_call(i)[0] for i, _ in functions)
+        per_row = sum(TEXTS_PER_ROW * calls.per_call(i)[1] for i, _ in functions)
         tasks = len({str(batch.tasks[r]) for r in held})
-        fits = int(max(self._allowance(), 0.0) / per_row) // tasks if per_row > 0 else self.config.rows
+        per_row += self._prep  # building a row's variants (learned from the rounds before)
+        room = max(self._allowance() - (time.perf_counter() - start) - fixed, 0.0)
+        fits = int(room / per_row) // tasks if per_row > 0 else self.config.rows
         limit = min(self.config.rows, LATER_ROWS if self.rounds else self.config.rows, fits)
         rows = self._rows_to_probe(batch, held, limit)
         if len(rows) < min(3, len(held)):
+            self.spent += time.perf_counter() - start
             return {}  # not within the budget yet
         reference = probe_views.reference_column(
             list(batch.columns), [self.ctx.reward_funcs[i] for i, _ in functions],
@@ -133,7 +143,9 @@ class RewardProbeGuard(Guard):
         )  # fmt: skip
         call_rows = probe_views.call_rows(batch, rows, reference)
         markup = markup_from_config(self.guards_config.think_tags, self.ctx.template_text)
+        prepared = time.perf_counter()
         views = probe_views.views(batch, rows, call_rows, markup, [i for i, _ in functions])
+        self._prep = max(self._prep, (time.perf_counter() - prepared) / len(rows))
         plans = [
             FunctionPlan(
                 i, name, float(batch.reward_weights[i]) if i < len(batch.reward_weights) else 1.0,
@@ -142,7 +154,6 @@ class RewardProbeGuard(Guard):
             )
             for i, name in functions
         ]  # fmt: skip
-        start = time.perf_counter()
 
         def score(fn: int, items: Any, alone: bool) -> list[float | None]:
             try:
@@ -152,23 +163,45 @@ class RewardProbeGuard(Guard):
             except Exception as exc:
                 raise ScoreFailed(RAISED, f"{type(exc).__name__}: {exc}") from exc
 
+        passes = [0]
+
         def may_continue(pending: Any) -> bool:  # a pass that would go past the budget is not started
             spent = time.perf_counter() - start
             expected = sum(calls.expected(c.fn, len(c.texts)) for c in pending)
-            return spent + expected <= max(self._allowance(), 0.0)
+            go = spent + expected <= max(self._allowance(), 0.0)
+            passes[0] += go
+            return go
 
         done = run_rows(views, plans, score, fallback=probe_views.fallback(batch, rows),
                         weights_of=len(batch.reward_names), may_continue=may_continue)  # fmt: skip
         drain_watched()  # texts a watch_inputs judge saw during the probe are not the run's
         self.spent += time.perf_counter() - start
+        self.last_step = batch.step
+        if not passes[0]:
+            self.aborted += 1  # its first pass did not fit the budget after all: the next due batch tries again
+            return {}
         self.rounds += 1
         self.texts.append(sum(r.texts for r in done if r is not None))
-        self.last_step = batch.step
         results = {int(r.view.key): r for r in done if r is not None}
         self.tasks_probed |= {str(batch.tasks[r]) for r in results}
         for r in results.values():
             self._learn(r, plans)
         return results
+
+    def _calibrate(self, batch: RolloutBatch, held: list[int], functions: list[tuple[int, str]]) -> None:
+        """Time one call of a single text for each function timed at one call size only (the run's batches): what
+        a call costs apart from its texts (a judge's round trip) decides how many rows a probe can take. Only when
+        the budget has room for such a call; it is a probe call like any other (bounded, its time counted)."""
+        calls = self.ctx.checked_calls
+        for index, _ in functions:
+            timer = calls.timer(index)
+            if timer.sizes_seen != 1 or calls.expected(index, 1) > self._allowance():
+                continue
+            rows = probe_views.call_rows(batch, held[:1], None)
+            try:
+                calls(index, [rows[held[0]]], [probe_views.prompt_text(batch.completions[held[0]]) or " "])
+            except Exception:  # a function that cannot score it: the probe itself will say
+                continue
 
     def _learn(self, result: Any, plans: list[FunctionPlan]) -> None:
         details = []
@@ -237,6 +270,7 @@ class RewardProbeGuard(Guard):
     def state_dict(self) -> dict[str, Any]:
         return {
             "rounds": self.rounds,
+            "aborted": self.aborted,
             "last_step": self.last_step,
             "spent": self.spent,
             "elapsed": self.elapsed,

@@ -254,21 +254,30 @@ class Timer:
     def add(self, texts: int, seconds: float) -> None:
         self.samples = [*self.samples[-31:], (max(texts, 1), max(seconds, 0.0))]
 
-    def estimate(self, texts: int) -> float | None:
-        """Expected seconds of a call scoring ``texts`` texts (None before any call was timed)."""
+    @property
+    def sizes_seen(self) -> int:
+        """How many different call sizes were timed (two or more separate a call's cost from a text's)."""
+        return len({n for n, _ in self.samples})
+
+    def coefficients(self) -> tuple[float, float] | None:
+        """(seconds a call, seconds a text), fitted on the calls timed; with one call size only, all of it is put on
+        the texts (the cautious reading); None before any call was timed."""
         if not self.samples:
             return None
         ns = [n for n, _ in self.samples]
         ss = [s for _, s in self.samples]
         if len(set(ns)) < 2:
-            per = sum(ss) / sum(ns)
-            return per * max(texts, 1)
+            return 0.0, sum(ss) / sum(ns)
         mean_n, mean_s = sum(ns) / len(ns), sum(ss) / len(ss)
         cov = sum((n - mean_n) * (s - mean_s) for n, s in self.samples)
         var = sum((n - mean_n) ** 2 for n in ns)
         slope = max(cov / var, 0.0)
-        intercept = max(mean_s - slope * mean_n, 0.0)
-        return intercept + slope * max(texts, 1)
+        return max(mean_s - slope * mean_n, 0.0), slope
+
+    def estimate(self, texts: int) -> float | None:
+        """Expected seconds of a call scoring ``texts`` texts (None before any call was timed)."""
+        found = self.coefficients()
+        return None if found is None else found[0] + found[1] * max(texts, 1)
 
 
 def timed(timer: Timer | None, texts: int, call: Callable[[], T]) -> T:

@@ -53,6 +53,10 @@ class CheckedCalls:
         estimate = self.timer(fn).estimate(texts)
         return UNTIMED * max(texts, 1) if estimate is None else estimate
 
+    def per_call(self, fn: int) -> tuple[float, float]:
+        """(seconds a call, seconds a text) of function ``fn`` (``UNTIMED`` a text before any call was timed)."""
+        return self.timer(fn).coefficients() or (0.0, UNTIMED)
+
     def usable(self, fn: int) -> bool:
         return 0 <= fn < len(self.callers) and self.callers[fn] is not None and fn not in self.stalled
 
