@@ -40,14 +40,16 @@ class Agreement:
             )
         return stop, bool(text)
 
-    def failed_rank(self, failure: str | None) -> int | None:
-        """Whether some rank failed (one all_reduce on every rank): the highest failing rank, or None."""
+    def failed_rank(self, failure: str | None, *, flag: bool = False) -> tuple[int | None, bool]:
+        """Whether some rank failed (one all_reduce on every rank): the highest failing rank, or None; and whether
+        any rank raised ``flag`` with its failure (what kind of failure it was)."""
         if not self.ranks.several:
-            return None if failure is None else self.ranks.process_index
-        failed, rank = self.ranks.all_reduce_ints(
-            [int(failure is not None), self.ranks.process_index + 1 if failure is not None else 0]
+            return (None, False) if failure is None else (self.ranks.process_index, flag)
+        failed = failure is not None
+        anyone, rank, flagged = self.ranks.all_reduce_ints(
+            [int(failed), self.ranks.process_index + 1 if failed else 0, int(failed and flag)]
         )
-        return rank - 1 if failed else None
+        return (rank - 1 if anyone else None), bool(flagged)
 
     def settled(self, raised: GuardError | None, step: int) -> GuardError | None:
         """Agree across ranks, then render this rank's messages: the error to raise on this rank, or None."""

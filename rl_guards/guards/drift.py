@@ -200,7 +200,7 @@ class DriftGuard(Guard):
         if out is None:
             return None
         if out.get("error"):
-            self._say_failed(step, str(out["error"]), report)
+            self._say_failed(step, str(out["error"]), report, cause=str(out.get("cause", "")))
             return None
         group = int(out["group_size"])
         names = list(out["reward_names"])
@@ -280,17 +280,26 @@ class DriftGuard(Guard):
                 continue
         return sorted({t for t in found if t.strip()})
 
-    def _say_failed(self, step: int, why: str, report: Reporter) -> None:
+    def _say_failed(self, step: int, why: str, report: Reporter, *, cause: str = "") -> None:
         after = (
             "drift is not measured at this checkpoint (the checkpoint is written as usual)"
             if self.baseline
             else "no baseline, so drift is not measured in this run"
         )
-        report.notice(
-            "probe_failed",
-            f"step {step}: {why}. Every rank skipped the probe together; {after}. Fix: lower drift.prompts_per_task "
-            "(fewer probe rows at once) or free memory at checkpoints.",
-        )
+        if cause == "trainer":  # the trainer's own generation raised: training meets the same error on such rows
+            rows = f"rows {self.indices[:8]}{' ...' if len(self.indices) > 8 else ''} of the {self.source} set"
+            fix = (
+                f"This is the trainer's own error on the probe rows ({rows}), raised by the generation path "
+                "training uses: fix its cause, or turn drift off (drift.enabled: false)."
+            )
+        elif cause == "memory":
+            fix = (
+                "Fix: free memory at checkpoints (the probe generates in batches of the training's own size), or "
+                "turn drift off (drift.enabled: false)."
+            )
+        else:  # rl_guards' own probe statistics
+            fix = "This is rl_guards' own error: please report it with this message."
+        report.notice("probe_failed", f"step {step}: {why}. Every rank skipped the probe together; {after}. {fix}")
 
     def _prompts_opened(self, rows: list[dict[str, Any]], markup: Any) -> list[bool]:
         render = self.ctx.render_prompts

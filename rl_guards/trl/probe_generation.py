@@ -15,11 +15,24 @@ logger = logging.getLogger("rl_guards")
 _UNSET = object()  # an attribute the trainer did not have
 
 
+def generation_batch_size(trainer: Any) -> int:
+    """Completions per rank in one training generation call: ``per_device_train_batch_size * steps_per_generation``
+    (what TRL's dataloader hands ``_generate_and_score_completions``)."""
+    args = trainer.args
+    return max(1, int(args.per_device_train_batch_size) * int(getattr(args, "steps_per_generation", None) or 1))
+
+
 def probe_generate(run: Any, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Generate and score ``rows`` (each ``num_generations`` times) with the trainer's own path, outside of
-    training: the trainer's metrics, completions table and token count are restored afterwards and no guard
-    sees the batch. Returns this rank's completions: ids (unpadded), terminated flags, rewards per function;
-    or ``{"error": why}`` on every rank alike when it failed on some rank.
+    """Generate and score ``rows`` (each ``num_generations`` times) as training batches, with the trainer's own
+    path, outside of training: the trainer's metrics, completions table and token count are restored afterwards and
+    no guard sees the batch. Returns this rank's completions: ids (unpadded), terminated flags, rewards per function;
+    or ``{"error": why, "cause": "memory" | "trainer"}`` on every rank alike when it failed on some rank.
+
+    The rows go through ``_generate_and_score_completions`` in batches of the trainer's own generation batch size,
+    the last one filled up with repeats of the first rows (dropped afterwards): each call is shaped as a training
+    call, so whatever the configuration does to a batch (tool calls and their second generation, masking truncated
+    completions, environments) happens to the probe as it happens in training, and the probe never needs more
+    memory than a training batch.
 
     Collective (TRL's path gathers): a failure on one rank (an out-of-memory in generation) must not leave the
     ranks in different collectives. The local stages (prompt templating, generation, log-prob forwards) fail
@@ -29,28 +42,35 @@ def probe_generate(run: Any, rows: list[dict[str, Any]]) -> dict[str, Any] | Non
     import torch
 
     trainer = run.trainer
-    training = bool(getattr(trainer.model, "training", True))
-    group = int(
-        trainer.num_generations
-        if training
-        else (getattr(trainer, "num_generations_eval", None) or trainer.num_generations)
-    )
+    group = int(trainer.num_generations)
     inputs = [dict(row) for row in rows for _ in range(group)]
+    size = generation_batch_size(trainer)
+    batches = [inputs[i : i + size] for i in range(0, len(inputs), size)]
+    if batches and len(batches[-1]) < size:  # the filler rows' completions are dropped below
+        batches[-1] = batches[-1] + [dict(inputs[i % len(inputs)]) for i in range(size - len(batches[-1]))]
     saved = (copy.deepcopy(trainer._metrics), copy.deepcopy(getattr(trainer, "_logs", None)),
              getattr(trainer.state, "num_input_tokens_seen", None))  # fmt: skip
     stages = _SoftLocalStages(trainer, run.ctx)
     failure: str | None = None
-    output: Any = None
-    pending: tuple[Any, ...] | None = None
+    memory = False
+    outputs: list[tuple[Any, tuple[Any, ...] | None]] = []
+    model = trainer.model
+    was_training = bool(getattr(model, "training", True))
     try:
+        # A training batch whenever the probe runs (at train start the model is not in train mode yet): TRL reads the
+        # mode for its generation settings, so the baseline and the checkpoints' probes sample alike.
+        model.train(True)
         # Sampling draws from the run's generators: forked, so the run samples as if the probe never ran.
         with forked_rng(), torch.no_grad(), stages:
-            output = run._original_generate(inputs)
-        pending = run._pending_rewards
-        failure = stages.failure
+            for batch in batches:
+                outputs.append((run._original_generate(batch), run._pending_rewards))
+                run._pending_rewards = None
+        failure, memory = stages.failure, stages.out_of_memory
     except Exception as exc:  # past the local stages: this rank's error is agreed on below all the same
         failure = stages.failure or f"{type(exc).__name__}: {exc}"
+        memory = stages.out_of_memory if stages.failure else _out_of_memory(exc)
     finally:
+        model.train(was_training)
         trainer._metrics = saved[0]
         if saved[1] is not None:
             trainer._logs = saved[1]
@@ -60,24 +80,31 @@ def probe_generate(run: Any, rows: list[dict[str, Any]]) -> dict[str, Any] | Non
         if run.ctx.reward_error_log is not None:
             run.ctx.reward_error_log.take()
         drain_watched()  # a watched judge's inputs of the probe batch are not a training batch's
-    failed_rank = run.engine.agreement.failed_rank(failure)
+    failed_rank, memory = run.engine.agreement.failed_rank(failure, flag=memory)
     if failed_rank is not None:
         where = f"on rank {failed_rank}" if run.ctx.world_size > 1 else ""
         why = f": {failure}" if failure is not None else " (the error is in that rank's log)"
         if failure is not None:
             logger.warning("rl_guards: probe generation failed %s: %s", where or "here", failure)
-        return {"error": f"probe generation failed{' ' + where if where else ''}{why}"}
-    ids = output["completion_ids"].detach().cpu()
-    mask = output["completion_mask"].detach().cpu()
+        return {
+            "error": f"probe generation failed{' ' + where if where else ''}{why}",
+            "cause": "memory" if memory else "trainer",
+        }
     eos = set(run.ctx.eos_token_ids)
-    completions = [
-        [int(t) for t, m in zip(row, keep, strict=True) if m]
-        for row, keep in zip(ids.tolist(), mask.tolist(), strict=True)
-    ]
-    rewards = torch.as_tensor(pending[4]).detach().float().cpu() if pending is not None else None
-    n_local = len(completions)
-    start = run.ctx.process_index * n_local if rewards is not None and rewards.shape[0] != n_local else 0
-    local = rewards[start : start + n_local].tolist() if rewards is not None else [[] for _ in completions]
+    completions: list[list[int]] = []
+    local: list[list[float]] = []
+    for output, pending in outputs:
+        ids = output["completion_ids"].detach().cpu()
+        mask = output["completion_mask"].detach().cpu()
+        part = [
+            [int(t) for t, m in zip(row, keep, strict=True) if m]
+            for row, keep in zip(ids.tolist(), mask.tolist(), strict=True)
+        ]
+        rewards = torch.as_tensor(pending[4]).detach().float().cpu() if pending is not None else None
+        start = run.ctx.process_index * len(part) if rewards is not None and rewards.shape[0] != len(part) else 0
+        local += rewards[start : start + len(part)].tolist() if rewards is not None else [[] for _ in part]
+        completions += part
+    completions, local = completions[: len(inputs)], local[: len(inputs)]
     weights = getattr(trainer, "reward_weights", None)
     return {
         "group_size": group,
@@ -87,6 +114,11 @@ def probe_generate(run: Any, rows: list[dict[str, Any]]) -> dict[str, Any] | Non
         "reward_names": list(run.ctx.reward_func_names),
         "reward_weights": [float(w) for w in weights.tolist()] if weights is not None else None,
     }
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says the device (or the host) ran out of memory."""
+    return isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc)
 
 
 class _SoftLocalStages:
@@ -103,6 +135,7 @@ class _SoftLocalStages:
     def __init__(self, trainer: Any, ctx: RunContext) -> None:
         self.trainer = trainer
         self.failure: str | None = None
+        self.out_of_memory = False
         pad = ctx.pad_token_id if ctx.pad_token_id is not None else 0
         self.pad = int(pad)
         self.eos = int(ctx.eos_token_ids[0]) if ctx.eos_token_ids else self.pad
@@ -111,6 +144,7 @@ class _SoftLocalStages:
     def _fail(self, stage: str, exc: BaseException) -> None:
         if self.failure is None:
             self.failure = f"{stage}: {type(exc).__name__}: {exc}"
+            self.out_of_memory = _out_of_memory(exc)
 
     def __enter__(self) -> _SoftLocalStages:
         trainer = self.trainer
@@ -166,4 +200,4 @@ class _SoftLocalStages:
         return run
 
 
-__all__ = ["probe_generate"]
+__all__ = ["generation_batch_size", "probe_generate"]
