@@ -71,6 +71,7 @@ class DriftGuard(Guard):
 
     name: ClassVar[str] = "drift"
     config_field: ClassVar[str] = "drift"
+    COLLECTIVE_HOOKS: ClassVar[frozenset[str]] = frozenset({"on_train_begin", "before_save"})  # the probe
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)

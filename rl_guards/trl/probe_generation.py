@@ -10,6 +10,7 @@ from typing import Any
 from rl_guards.core.rng import forked_rng
 from rl_guards.guards.base import RunContext
 from rl_guards.rewards.slicing import drain_watched
+from rl_guards.tensors.lockstep import Reported, gated_torch
 
 logger = logging.getLogger("rl_guards")
 _UNSET = object()  # an attribute the trainer did not have
@@ -34,11 +35,25 @@ def probe_generate(run: Any, rows: list[dict[str, Any]]) -> dict[str, Any] | Non
     completions, environments) happens to the probe as it happens in training, and the probe never needs more
     memory than a training batch.
 
-    Collective (TRL's path gathers): a failure on one rank (an out-of-memory in generation) must not leave the
-    ranks in different collectives. The local stages (prompt templating, generation, log-prob forwards) fail
-    softly: the rank goes on with placeholder rows through the same collectives as the others, and one
-    all_reduce then tells every rank whether to drop the result.
+    Collective (TRL's path gathers): it runs in a lockstep section (:mod:`rl_guards.tensors.lockstep`) in which the
+    trainer's own collectives are gated too, so an exception on any rank, before, inside or after TRL's path, leaves
+    every rank at the same point, each knowing that rank's error. The local stages (prompt templating, generation,
+    log-prob forwards) fail softly: the rank goes on with placeholder rows through the same collectives as the
+    others and reports its failure once they are done, so an out-of-memory costs no unwinding of TRL's code.
     """
+    with run.engine.ranks.section("probe generation") as section:
+        result = _generate(run, rows)
+    failure = section.failure
+    if failure is None:
+        return result
+    where = f" {failure.where}" if run.ctx.world_size > 1 else ""
+    logger.warning("rl_guards: probe generation failed%s: %s", where, failure.message)
+    memory = failure.error_type in ("OutOfMemoryError", "MemoryError") or "out of memory" in failure.message
+    return {"error": f"probe generation failed{where}: {failure.message}", "cause": "memory" if memory else "trainer"}
+
+
+def _generate(run: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """:func:`probe_generate` on this rank; raises on a failure (its section agrees on it)."""
     import torch
 
     trainer = run.trainer
@@ -51,8 +66,6 @@ def probe_generate(run: Any, rows: list[dict[str, Any]]) -> dict[str, Any] | Non
     saved = (copy.deepcopy(trainer._metrics), copy.deepcopy(getattr(trainer, "_logs", None)),
              getattr(trainer.state, "num_input_tokens_seen", None))  # fmt: skip
     stages = _SoftLocalStages(trainer, run.ctx)
-    failure: str | None = None
-    memory = False
     outputs: list[tuple[Any, tuple[Any, ...] | None]] = []
     model = trainer.model
     was_training = bool(getattr(model, "training", True))
@@ -61,14 +74,10 @@ def probe_generate(run: Any, rows: list[dict[str, Any]]) -> dict[str, Any] | Non
         # mode for its generation settings, so the baseline and the checkpoints' probes sample alike.
         model.train(True)
         # Sampling draws from the run's generators: forked, so the run samples as if the probe never ran.
-        with forked_rng(), torch.no_grad(), stages:
+        with forked_rng(), torch.no_grad(), stages, gated_torch():
             for batch in batches:
                 outputs.append((run._original_generate(batch), run._pending_rewards))
                 run._pending_rewards = None
-        failure, memory = stages.failure, stages.out_of_memory
-    except Exception as exc:  # past the local stages: this rank's error is agreed on below all the same
-        failure = stages.failure or f"{type(exc).__name__}: {exc}"
-        memory = stages.out_of_memory if stages.failure else _out_of_memory(exc)
     finally:
         model.train(was_training)
         trainer._metrics = saved[0]
@@ -80,16 +89,8 @@ def probe_generate(run: Any, rows: list[dict[str, Any]]) -> dict[str, Any] | Non
         if run.ctx.reward_error_log is not None:
             run.ctx.reward_error_log.take()
         drain_watched()  # a watched judge's inputs of the probe batch are not a training batch's
-    failed_rank, memory = run.engine.agreement.failed_rank(failure, flag=memory)
-    if failed_rank is not None:
-        where = f"on rank {failed_rank}" if run.ctx.world_size > 1 else ""
-        why = f": {failure}" if failure is not None else " (the error is in that rank's log)"
-        if failure is not None:
-            logger.warning("rl_guards: probe generation failed %s: %s", where or "here", failure)
-        return {
-            "error": f"probe generation failed{' ' + where if where else ''}{why}",
-            "cause": "memory" if memory else "trainer",
-        }
+    if stages.failure is not None:  # every rank is past TRL's collectives: the section agrees on it
+        raise Reported(stages.failure, stages.error_type)
     eos = set(run.ctx.eos_token_ids)
     completions: list[list[int]] = []
     local: list[list[float]] = []
@@ -116,11 +117,6 @@ def probe_generate(run: Any, rows: list[dict[str, Any]]) -> dict[str, Any] | Non
     }
 
 
-def _out_of_memory(exc: BaseException) -> bool:
-    """Whether ``exc`` says the device (or the host) ran out of memory."""
-    return isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc)
-
-
 class _SoftLocalStages:
     """While a probe runs: TRL's local, memory-hungry stages return placeholders instead of raising.
 
@@ -135,7 +131,7 @@ class _SoftLocalStages:
     def __init__(self, trainer: Any, ctx: RunContext) -> None:
         self.trainer = trainer
         self.failure: str | None = None
-        self.out_of_memory = False
+        self.error_type = ""
         pad = ctx.pad_token_id if ctx.pad_token_id is not None else 0
         self.pad = int(pad)
         self.eos = int(ctx.eos_token_ids[0]) if ctx.eos_token_ids else self.pad
@@ -144,7 +140,7 @@ class _SoftLocalStages:
     def _fail(self, stage: str, exc: BaseException) -> None:
         if self.failure is None:
             self.failure = f"{stage}: {type(exc).__name__}: {exc}"
-            self.out_of_memory = _out_of_memory(exc)
+            self.error_type = type(exc).__name__
 
     def __enter__(self) -> _SoftLocalStages:
         trainer = self.trainer
