@@ -69,7 +69,11 @@ def _generate(run: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
     outputs: list[tuple[Any, tuple[Any, ...] | None]] = []
     model = trainer.model
     was_training = bool(getattr(model, "training", True))
+    report_to = getattr(trainer.args, "report_to", None)
     try:
+        # TRL's profiling_context logs every timed call straight to the trackers (W&B rows of their own): the probe's
+        # calls are not training's, so they are timed for no one.
+        trainer.args.report_to = []
         # A training batch whenever the probe runs (at train start the model is not in train mode yet): TRL reads the
         # mode for its generation settings, so the baseline and the checkpoints' probes sample alike.
         model.train(True)
@@ -79,6 +83,7 @@ def _generate(run: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
                 outputs.append((run._original_generate(batch), run._pending_rewards))
                 run._pending_rewards = None
     finally:
+        trainer.args.report_to = report_to
         model.train(was_training)
         trainer._metrics = saved[0]
         if saved[1] is not None:
