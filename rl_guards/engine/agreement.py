@@ -18,6 +18,7 @@ class Agreement:
         self.session = session
         self.guard_names = list(guard_names)
         self.on_stop: list[Callable[[GuardError, int | None], None]] = []  # called with every shared stop
+        self.agreed: GuardError | None = None  # the last decision's stop (None: go on), the same on every rank
 
     def decide(self, raised: GuardError | None, step: int, *, need_text: bool) -> tuple[GuardError | None, bool]:
         """The stop every rank agrees on (None: go on), and whether any rank needs rows' text."""
@@ -26,6 +27,7 @@ class Agreement:
         if stop is None and stopping is not None:  # its message is rendered at settle(); this only carries the guard
             stop = GuardError(f"[rl_guards/{stopping.guard}] {stopping.kind}", guard=stopping.guard, step=step)
         if not self.ranks.several:
+            self.agreed = stop
             return stop, need_text
         names = self.guard_names
         mine = names.index(stop.guard) + 1 if stop is not None and stop.guard in names else 0
@@ -38,16 +40,8 @@ class Agreement:
                 guard=name,
                 step=step,
             )
+        self.agreed = stop
         return stop, bool(text)
-
-    def failed_rank(self, failure: str | None) -> int | None:
-        """Whether some rank failed (one all_reduce on every rank): the highest failing rank, or None."""
-        if not self.ranks.several:
-            return None if failure is None else self.ranks.process_index
-        failed, rank = self.ranks.all_reduce_ints(
-            [int(failure is not None), self.ranks.process_index + 1 if failure is not None else 0]
-        )
-        return rank - 1 if failed else None
 
     def settled(self, raised: GuardError | None, step: int) -> GuardError | None:
         """Agree across ranks, then render this rank's messages: the error to raise on this rank, or None."""

@@ -12,9 +12,12 @@ when it has them) and tells it the trainer's events. Per generation batch, on ev
     after_batch(batch); settle()     # messages rendered now that their rows are here
     metrics -> metrics_sink          # the driver puts them where its trainer logs
 
-A stop raises the guard's :class:`~rl_guards.errors.GuardError` from :meth:`Engine.process` (or the event) on every
-rank. Metrics go to ``metrics_sink(mode, {key: [values]})``; on a stop ``log_now(step)`` lets the driver log the
-failing batch's metrics at once (the trainer will not).
+A batch's decision (from the gather on), each event's agreement and every guard hook that runs collectives
+(``Guard.COLLECTIVE_HOOKS``) run in lockstep sections (:mod:`rl_guards.tensors.lockstep`): an exception on one rank
+leaves the section on every rank at the same collective, the batch (or hook) skipped and the failing rank's error
+recorded on every rank. A stop raises the guard's :class:`~rl_guards.errors.GuardError` from :meth:`Engine.process`
+(or the event) on every rank. Metrics go to ``metrics_sink(mode, {key: [values]})``; on a stop ``log_now(step)``
+lets the driver log the failing batch's metrics at once (the trainer will not).
 
 With several ranks (and ``engine.background``), :meth:`Engine.submit` hands a train batch from the rows on to a
 background thread, whose collectives run on a process group of the engine's own, so that waiting for the other ranks
@@ -110,24 +113,30 @@ class Engine:
         # A background thread decides train batches when there are ranks to wait for; its collectives (and from
         # then on all of the engine's) run on a group of their own, never interleaved with the trainer's.
         self.background = bool(config.engine.background) and self.ranks.several
+        self._no_group: Any = None
         if self.background:
-            try:
+            with self.ranks.section("own group") as section:
                 self.ranks.own_group()
-            except Exception as exc:  # no gloo here (or no new group): decide in the hook, as with one process
+            if section.failure is not None:  # no gloo here (or no new group) on some rank: every rank decides inline
                 self.background = False
+                self.ranks.group = None
+                self._no_group = section.failure  # recorded at setup(), once the guards know where findings go
                 logger.warning(
-                    "rl_guards: could not make a process group of its own (%s: %s); batches are decided in the "
-                    "hook, waiting for every rank (engine.background: false).",
-                    type(exc).__name__,
-                    exc,
+                    "rl_guards: could not make a process group of its own %s (%s); batches are decided in the hook, "
+                    "waiting for every rank (engine.background: false).",
+                    section.failure.where,
+                    section.failure.message,
                 )
         self._in_flight: _InFlight | None = None
+        self._raised: GuardError | None = None  # this rank's stop of the batch being decided (kept if that fails)
 
     def setup(self) -> None:
         """Hand every guard the (complete) run context."""
         for guard in self.guards:
             guard.setup(self.ctx)
         self.assembly.declare_features()
+        if self._no_group is not None:
+            self._rank_failure("no process group of its own (engine.background off)", self._no_group, None)
 
     # ----- per batch -----------------------------------------------------------------------------------------
     def check_tensors(self, step: int, tensors: Any) -> None:
@@ -147,7 +156,7 @@ class Engine:
 
         def decide() -> None:
             setup()
-            self._decide(prepared, device)
+            self._decide_together(prepared, device)
 
         self._in_flight = _InFlight(local.step, local.mode, decide)
 
@@ -168,7 +177,7 @@ class Engine:
         self.join()
         batch, stop = None, None
         try:
-            batch = self._decide(self.assembly.prepare(local, device), device)
+            batch = self._decide_together(self.assembly.prepare(local, device), device)
         except GuardError as exc:
             stop = exc
         self._hand_on(local.step, local.mode, stop)
@@ -182,13 +191,45 @@ class Engine:
                 self.log_now(step)
             raise error
 
+    def _decide_together(self, prepared: Prepared, device: Any) -> RolloutBatch | None:
+        """:meth:`_decide` in a lockstep section: an exception on any rank skips the batch on every rank (recorded
+        on every rank with that rank's error); a stop agreed before it still stops, one not yet agreed is held."""
+        self._raised = self.agreement.agreed = None
+        step = prepared.local.step
+        with self.ranks.section("batch", passthrough=(GuardError,)) as section:
+            batch = self._decide(prepared, device)
+        if section.failure is None:  # (a failure may be another rank's: this rank's batch is then dropped too)
+            return batch
+        self._rank_failure(f"batch guards skipped at step {step}", section.failure, step)
+        stop = self._after_failure(self._raised)
+        if stop is not None:
+            raise stop
+        return None
+
+    def _after_failure(self, raised: GuardError | None) -> GuardError | None:
+        """A section failed: the stop it had agreed on, if any, to raise all the same (every rank agreed on it); a
+        stop of this rank's not yet agreed on is held for the next agreement."""
+        agreed, self.agreement.agreed = self.agreement.agreed, None
+        if agreed is not None:
+            return raised or agreed
+        self._held_stop = self._held_stop or raised
+        return None
+
+    def _rank_failure(self, what: str, failure: Any, step: int | None) -> None:
+        """A lockstep section failed: the same finding on every rank (the main process's summary names the rank)."""
+        where = f" {failure.where}" if self.ranks.several else ""
+        self.session.record(
+            Finding("hook", "internal_error", "warning", f"{what}: rl_guards failed{where}: {failure.message}", step),
+            warn=True,
+        )
+
     def _decide(self, prepared: Prepared, device: Any) -> RolloutBatch | None:
         """:meth:`process` from this rank's prepared rows on, without handing on metrics: the part the background
         thread runs (collectives, the guards' decisions over every rank's rows, agreement, text for messages)."""
         step = prepared.local.step
         batch = self.assembly.finish(prepared, device)
         if batch is None:  # some rank could not build its rows: skipped on every rank, no hang
-            held = self._take_held_stop()
+            held = self._raised = self._take_held_stop()
             stop, _ = self.agreement.decide(held, step, need_text=False)
             if stop is not None:
                 raise self.agreement.share(held, stop)
@@ -197,7 +238,7 @@ class Engine:
         self.last_batch = batch
         if batch.mode == "train":
             self._step_batches = [b for b in self._step_batches if b.step == step] + [batch]
-        raised = self._run("on_batch", step, batch) or self._take_held_stop()
+        raised = self._raised = self._run("on_batch", step, batch) or self._take_held_stop()
         needed = self.session.pending_rows()
         stop, need_text = self.agreement.decide(raised, step, need_text=any(not batch.holds(r) for r in needed))
         if need_text:
@@ -223,7 +264,8 @@ class Engine:
         self.join()
         if self.findings_file is not None:
             self.findings_file.begin(step)
-        stop = self.agreement.settled(run_begin(self.guards, self.session, step) or self._take_held_stop(), step)
+        raised = run_begin(self.guards, self.session, step, around=self._hook_section) or self._take_held_stop()
+        stop = self._settle_together("train begin", raised, step)
         self.share_template_verdict()
         self.flush_metrics("train")  # the model is not in train mode yet; these belong to the first training log
         if stop is not None:
@@ -242,7 +284,10 @@ class Engine:
             self._held_stop = self._held_stop or raised or self.session.settle()
         if checkpoint_dir is not None:
             if any(overrides(g, "wants_rows") for g in self.guards):  # the checkpoint's dump needs its rows
-                self.assembly.fill_rows(self._step_batches, everywhere=False)
+                with self.ranks.section("checkpoint rows") as section:
+                    self.assembly.fill_rows(self._step_batches, everywhere=False)
+                if section.failure is not None:
+                    self._rank_failure(f"the rows of checkpoint {step} stayed on their ranks", section.failure, step)
             self._dispatch("before_save", step, checkpoint_dir)
         self.flush_metrics("train")  # before the trainer's log of this step
 
@@ -275,14 +320,30 @@ class Engine:
             if not overrides(guard, hook):
                 continue
             try:
-                run_hook(guard, hook, self.session, step, *args, settle=False)
+                run_hook(guard, hook, self.session, step, *args, settle=False, around=self._hook_section(guard, hook))
             except GuardError as exc:
                 stop = stop or exc
         return stop
 
+    def _hook_section(self, guard: Guard, hook: str) -> Any:
+        """The lockstep section a guard's collective hook runs in (None for the others: no collective to keep)."""
+        return self.ranks.section(f"{guard.name}.{hook}") if hook in guard.COLLECTIVE_HOOKS else None
+
+    def _settle_together(self, what: str, raised: GuardError | None, step: int) -> GuardError | None:
+        """:meth:`Agreement.settled` in a lockstep section; when it fails on some rank, the failure is recorded on
+        every rank and a stop agreed before it is returned all the same, else this rank's stop is held for the next
+        agreement."""
+        self.agreement.agreed = None
+        with self.ranks.section(what) as section:
+            stop = self.agreement.settled(raised, step)
+        if section.failure is None:
+            return stop
+        self._rank_failure(f"{what} at step {step}", section.failure, step)
+        return self._after_failure(raised)
+
     def _dispatch(self, hook: str, step: int, *args: Any) -> None:
         """Run an event's hook on every guard; all ranks stop together if one stops."""
-        stop = self.agreement.settled(self._run(hook, step, *args) or self._take_held_stop(), step)
+        stop = self._settle_together(hook, self._run(hook, step, *args) or self._take_held_stop(), step)
         if stop is not None:
             self.flush_metrics()
             self.log_now(None)

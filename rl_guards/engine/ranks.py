@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rl_guards.tensors.lockstep import Section
 
 
 @dataclass
@@ -60,6 +63,14 @@ class Ranks:
 
         device = device if device is not None else self.device()
         return collectives.gather_feature_rows(host, device_columns, device, group=self.group)
+
+    def section(self, name: str, passthrough: tuple[type[BaseException], ...] = ()) -> Section:
+        """A lockstep section on this process's group (see :mod:`rl_guards.tensors.lockstep`): its collectives are
+        agreed on first, and an exception inside on any rank leaves it on every rank, as ``section.failure``."""
+        from rl_guards.tensors.lockstep import Section
+
+        device = self.device() if self.group is None and self.several else None
+        return Section(name, self.group, device, passthrough)
 
     def own_group(self) -> None:
         """Run this process's collectives on a group of rl_guards' own (collective: every rank calls it at once)."""

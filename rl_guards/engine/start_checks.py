@@ -12,7 +12,8 @@ a violation of a guard in raise mode.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,11 +146,17 @@ def start_guards(config: GuardsConfig, guard_classes: Sequence[type[Guard]] | No
     return [g for g in guards if g.enabled]
 
 
-def run_begin(guards: Sequence[Guard], session: GuardSession, step: int) -> GuardError | None:
+def run_begin(
+    guards: Sequence[Guard],
+    session: GuardSession,
+    step: int,
+    around: Callable[[Guard, str], AbstractContextManager[Any] | None] | None = None,
+) -> GuardError | None:
     """Every guard's ``on_train_begin``, in order, in the session's ``"begin"`` phase: the one place start checks run
     (``install()``'s run at train start, :func:`run_start_checks` for ``GuardsCallback`` without a trainer and for
     ``rl-guards preflight``). Raise-mode violations wait for ``session.settle()``; the first GuardError a guard
-    raised itself is returned."""
+    raised itself is returned. ``around``: the lockstep section a guard's hook runs in (the engine's), or None.
+    """
     stop: GuardError | None = None
     session.phase = "begin"
     try:
@@ -157,7 +164,8 @@ def run_begin(guards: Sequence[Guard], session: GuardSession, step: int) -> Guar
             if not overrides(guard, "on_train_begin"):
                 continue
             try:
-                run_hook(guard, "on_train_begin", session, step, settle=False)
+                section = around(guard, "on_train_begin") if around is not None else None
+                run_hook(guard, "on_train_begin", session, step, settle=False, around=section)
             except GuardError as exc:  # a guard that raised its own error (as in training)
                 stop = stop or exc
     finally:

@@ -11,6 +11,7 @@ The TRL adapter calls it once per generation batch::
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -122,6 +123,9 @@ class Guard:
     )
     name: ClassVar[str] = ""
     config_field: ClassVar[str] = ""
+    # hooks that run collectives (every rank together): the driver runs each in a lockstep section, so that an
+    # exception on one rank stops the hook on every rank instead of leaving the others waiting in a collective
+    COLLECTIVE_HOOKS: ClassVar[frozenset[str]] = frozenset()
     FEATURES: ClassVar[tuple[str, ...]] = ()  # per-row features scan() returns (gathered across ranks)
     TENSOR_FEATURES: ClassVar[tuple[str, ...]] = ()  # per-row features tensor_features() returns (on the device)
 
@@ -214,28 +218,49 @@ def overrides(guard: Guard, hook: str) -> bool:
     return getattr(type(guard), hook, None) is not getattr(Guard, hook)
 
 
-def run_hook(guard: Guard, hook: str, session: GuardSession, step: int | None, *args: Any, settle: bool = True) -> None:
+def run_hook(
+    guard: Guard,
+    hook: str,
+    session: GuardSession,
+    step: int | None,
+    *args: Any,
+    settle: bool = True,
+    around: AbstractContextManager[Any] | None = None,
+) -> None:
     """Call ``guard.<hook>(*args, report)``; a guard's own bug is warned once and counted, never fatal.
 
     With ``settle`` (the default), deferred messages are rendered and a raise-mode violation raises its
     GuardError here; the TRL adapter passes ``settle=False`` and settles once the batch's text is in place.
-    A GuardError a guard raises itself propagates: that is the guard doing its job.
+    A GuardError a guard raises itself propagates: that is the guard doing its job. ``around``: the lockstep section
+    the driver runs a collective hook in (:meth:`~rl_guards.engine.ranks.Ranks.section`); a failure on any rank is
+    then recorded on every rank, with that rank's error.
     """
     report = session.reporter(guard.name, guard.config, step)
     try:
-        getattr(guard, hook)(*args, report)
+        if around is None:
+            getattr(guard, hook)(*args, report)
+        else:
+            with around as section:
+                getattr(guard, hook)(*args, report)
+            if isinstance(section.error, GuardError):  # this rank's own stop: agreed on at the next agreement
+                raise section.error
+            if section.failure is not None:
+                failure = section.failure
+                where = f" {failure.where}" if guard.ctx.world_size > 1 else ""
+                _internal_error(session, guard.name, f"{hook} failed{where}: {failure.message}", step)
     except GuardError:
         raise
     except Exception as exc:  # a guard's own bug must not kill the run
-        session.record(
-            Finding(guard.name, "internal_error", "warning", f"{hook} failed: {type(exc).__name__}: {exc}", step),
-            warn=True,
-        )
-        session.add_metric(metric_key(guard.name, "internal_errors"), 1.0)
+        _internal_error(session, guard.name, f"{hook} failed: {type(exc).__name__}: {exc}", step)
     if settle:
         stop = session.settle()
         if stop is not None:
             raise stop
+
+
+def _internal_error(session: GuardSession, guard: str, message: str, step: int | None) -> None:
+    session.record(Finding(guard, "internal_error", "warning", message, step), warn=True)
+    session.add_metric(metric_key(guard, "internal_errors"), 1.0)
 
 
 __all__ = [

@@ -73,6 +73,7 @@ class DriftGuard(Guard):
 
     name: ClassVar[str] = "drift"
     config_field: ClassVar[str] = "drift"
+    COLLECTIVE_HOOKS: ClassVar[frozenset[str]] = frozenset({"on_train_begin", "before_save"})  # the probe
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
@@ -294,26 +295,28 @@ class DriftGuard(Guard):
             if self.baseline
             else "no baseline, so drift is not measured in this run"
         )
-        if cause == "statistics":
+        if cause == "trainer":  # the trainer's own generation raised: training meets the same error on such rows
+            rows = f"rows {self.indices[:8]}{' ...' if len(self.indices) > 8 else ''} of the {self.source} set"
             fix = (
-                "this is rl_guards' own code measuring the completions (generation went fine; memory is not the "
-                "cause): please report it with this message; drift.enabled: false turns the probe off meanwhile"
+                f"This is the trainer's own error on the probe rows ({rows}), raised by the generation path "
+                "training uses: fix its cause, or turn drift off (drift.enabled: false)."
             )
         elif cause == "memory":
-            fix = "lower drift.prompts_per_task (fewer probe rows at once) or free memory at checkpoints"
-        elif cause == "trainer":
             fix = (
-                "the trainer's generation or scoring path raised on the probe rows (a reward function, the template, "
-                "the generation backend): fix that error; drift.enabled: false turns the probe off meanwhile"
+                "Fix: free memory at checkpoints (the probe generates in batches of the training's own size), or "
+                "turn drift off (drift.enabled: false)."
+            )
+        elif cause == "statistics":
+            fix = (
+                "This is rl_guards' own code measuring the completions (generation went fine; memory is not the "
+                "cause): please report it with this message; drift.enabled: false turns the probe off meanwhile."
             )
         else:
             fix = (
-                "read that rank's log: for an out-of-memory error lower drift.prompts_per_task or free memory at "
-                "checkpoints; any other error is the trainer's generation or a reward function on the probe rows"
+                "Read that rank's log: out of memory means freeing memory at checkpoints; any other error is the "
+                "trainer's generation or a reward function on the probe rows."
             )
-        report.notice(
-            "probe_failed", f"step {step}: {why}. Every rank skipped the probe together; {after}. Fix: {fix}."
-        )
+        report.notice("probe_failed", f"step {step}: {why}. Every rank skipped the probe together; {after}. {fix}")
 
     def _prompts_opened(self, rows: list[dict[str, Any]], markup: Any) -> list[bool]:
         render = self.ctx.render_prompts

@@ -3,6 +3,9 @@
 Every rank must call them at the same points, with vectors of the same length: callers never put one inside a
 branch that only some ranks take. Without ``torch.distributed`` (or with one process) they return the input.
 ``group``: run on that process group (rl_guards' own CPU group, :func:`own_group`) instead of the default one.
+
+Inside a :class:`~rl_guards.tensors.lockstep.Section` each is gated first (:func:`~rl_guards.tensors.lockstep.gate`):
+every rank agrees that no rank failed and that all are at this same collective (kind and width) before it starts.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+
+from rl_guards.tensors.lockstep import gate
 
 
 def distributed() -> bool:
@@ -28,6 +33,7 @@ def own_group() -> Any:
     default group does (the run's ``ddp_timeout``), so a rank that never arrives fails the run in the same time.
     """
     dist = torch.distributed
+    gate("new_group")
     timeout = None
     try:  # the default group's timeout (private attribute; the library default when it moves)
         default = dist.distributed_c10d._get_default_group()
@@ -79,6 +85,7 @@ def all_reduce_ints(values: Sequence[int], op: str = "sum", device: Any = None, 
     """Element-wise ``sum`` or ``max`` of an integer vector over every rank (one collective)."""
     if not distributed():
         return [int(v) for v in values]
+    gate(f"all_reduce_ints/{len(values)}")
     dist = torch.distributed
     tensor = torch.tensor([int(v) for v in values], dtype=torch.long, device=_device(device, group))
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM, group=group)
@@ -89,6 +96,7 @@ def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     """A tensor summed over every rank (a copy); the tensor itself without a process group."""
     if not distributed():
         return t
+    gate(f"all_reduce_sum/{t.numel()}")
     t = t.clone()
     torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM)
     return t
@@ -101,6 +109,7 @@ def all_gather_rows(local: torch.Tensor, group: Any = None) -> torch.Tensor:
     """
     if not distributed():
         return local
+    gate(f"all_gather_rows/{tuple(local.shape[1:])}")
     dist = torch.distributed
     device = _device(local.device if local.device.type != "cpu" else None, group)
     local = local.to(device).contiguous()
@@ -113,6 +122,7 @@ def all_gather_objects(obj: Any, group: Any = None) -> list[Any]:
     """One picklable object per rank, on every rank (rank order)."""
     if not distributed():
         return [obj]
+    gate("all_gather_objects")
     out: list[Any] = [None] * torch.distributed.get_world_size()
     torch.distributed.all_gather_object(out, obj, group=group)
     return out
@@ -122,6 +132,7 @@ def gather_objects_to_main(obj: Any, group: Any = None) -> list[Any] | None:
     """One picklable object per rank, on rank 0 only (None elsewhere): text moves to the writer, not to all."""
     if not distributed():
         return [obj]
+    gate("gather_objects_to_main")
     dist = torch.distributed
     main = dist.get_rank() == 0
     out: list[Any] | None = [None] * dist.get_world_size() if main else None

@@ -87,7 +87,8 @@ class GuardRun(TrainerCallback):
         self.saved_state = GuardRunState()  # the trainer's stateful callback for this run (see GuardRunState)
         self.saved_state.bind(self)
         self._pending_rewards: tuple[Any, ...] | None = None
-        self._restored = False
+        self._begun = False  # a train() began on this trainer (a second one starts the guards over)
+        self._last_step = 0  # the last optimizer step of the current run
         self._ended = False
         if config.think_tags.per_row_thinking:
             from rl_guards.trl.thinking_mix import honour_thinking_column, thinking_column_of
@@ -109,26 +110,46 @@ class GuardRun(TrainerCallback):
             ctx.probe_generate = partial(probe_generate, self)
             ctx.all_gather_rows = ranks.all_gather_float_rows
         columns = getattr(ctx.train_dataset, "column_names", None)
-        self.engine = Engine(
-            config,
-            guards,
-            ctx,
-            ranks=ranks,
-            task_counts=trl_context.dataset_task_counts(ctx.train_dataset, config.tasks),
-            single_task=isinstance(columns, list) and config.tasks.task_column not in columns,
-        )
-        from rl_guards.trl.wandb_io import RunTracker
-
-        self.session.tracker = RunTracker()  # guards' tables and reports go to the run's W&B / trackio run
-        self.engine.metrics_sink = self._to_trainer_metrics
-        self.engine.log_now = self._log_now
-        self.engine.current_mode = self._mode
+        self._guard_classes = guard_classes
+        self._task_counts = trl_context.dataset_task_counts(ctx.train_dataset, config.tasks)
+        self._single_task = isinstance(columns, list) and config.tasks.task_column not in columns
+        self.engine = self._new_engine(guards, ctx, ranks)
         self.router = SignalRouter(trainer, self.session, ctx.is_main_process)
         self.router.before_tracker_end = self._end_training  # a tracker's run finishing: the train-end work first
         self.engine.setup()
         trl_context.configure_reward_funcs(ctx, config.metrics.level)
         self._wrap()
         trl_state.shield_callback_restore(trainer)
+
+    def _new_engine(self, guards: list[Guard], ctx: Any, ranks: Ranks) -> Engine:
+        """An engine with these guards, wired to the trainer (its metric buffer, its log, its mode); not set up."""
+        from rl_guards.trl.wandb_io import RunTracker
+
+        engine = Engine(
+            self.config, guards, ctx, ranks=ranks, task_counts=self._task_counts, single_task=self._single_task
+        )
+        engine.session.tracker = RunTracker()  # guards' tables and reports go to the run's W&B / trackio run
+        engine.metrics_sink = self._to_trainer_metrics
+        engine.log_now = self._log_now
+        engine.current_mode = self._mode
+        return engine
+
+    def _start_over(self) -> None:
+        """A new ``train()`` on this trainer: the previous run is ended if it was not (a Ctrl-C skips the trainer's
+        train end: its pending dumps are written, its findings file closed), and the guards start from their fresh
+        state, as a new install's would; a resume then restores the checkpoint's state into them."""
+        previous = self.engine
+        if not self._ended:
+            self._ended = True
+            try:
+                previous.end(self._last_step)
+            except Exception as exc:  # the new run matters more than the old one's end
+                logger.warning("rl_guards: could not end the previous run of this trainer: %s", exc)
+        guards = [g for g in (cls(self.config) for cls in self._guard_classes) if g.enabled]
+        self.engine = self._new_engine(guards, previous.ctx, previous.ranks)
+        self.router.bind(self.session)
+        self.engine.setup()
+        logger.info("rl_guards: a new train() on this trainer: the guards start over (findings, counts, schedules).")
 
     # ----- the engine's parts, as the run's handle shows them ----------------------------------------------------
     @property
@@ -249,10 +270,14 @@ class GuardRun(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         from rl_guards.trl.thinking_mix import thinking_column_of
 
+        if self._begun:  # train() again on this trainer (a notebook after Ctrl-C): nothing carries over by accident
+            self._start_over()
+        self._begun = True
         self._ended = False
         self.ctx.per_row_thinking_column = thinking_column_of(self.trainer)  # honoured by hand after install
-        if not self._restored:  # restored in place, once, whether or not HF rebuilt the stateful callbacks
-            self._restored = trl_state.restore_from(self.engine, state)
+        # A resume (resume_from_checkpoint) restores the checkpoint's section in place, whether or not HF rebuilt the
+        # stateful callbacks; a fresh start (step 0) keeps the fresh state.
+        trl_state.restore_from(self.engine, state)
         trl_state.file_state(self, self.trainer, state)
         self.router.write_config(self.config.to_dict())
         self.engine.begin(int(state.global_step))
@@ -260,7 +285,7 @@ class GuardRun(TrainerCallback):
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         # The trainer saves a checkpoint right after this event: evidence tied to it (the checkpoint's rollout
         # dump) is written first, so a kill during or after the save never leaves a checkpoint without it.
-        step = int(state.global_step)
+        step = self._last_step = int(state.global_step)
         final = bool(getattr(control, "should_training_stop", False)) or step >= int(
             getattr(state, "max_steps", 0) or 0
         )

@@ -92,6 +92,14 @@ class SignalRouter:
                 self.wrapped.append(name)
         session.listeners.append(self.on_finding)
 
+    def bind(self, session: GuardSession) -> None:
+        """Route another session's findings (a new run on the same trainer) instead; its alerts start over."""
+        if self.on_finding in self.session.listeners:
+            self.session.listeners.remove(self.on_finding)
+        self.session = session
+        self.alerted = set()
+        session.listeners.append(self.on_finding)
+
     # ----- logs ---------------------------------------------------------------------------------------------
     def _wrap_wandb(self, callback: Any) -> None:
         original = callback.on_log

@@ -246,13 +246,13 @@ def _broken_decode(ids: list[int]) -> str:
     [
         ("statistics", _generated, _broken_decode, "rl_guards' own code measuring the completions", "free memory"),
         ("oom", lambda rows: {"error": "probe generation failed: generation: OutOfMemoryError: CUDA out of memory"},
-         None, "lower drift.prompts_per_task", "report it"),
+         None, "free memory at checkpoints", "report it"),
         ("template", lambda rows: {"error": "probe generation failed: prompt templating: TemplateError: no role"},
-         None, "fix that error", "free memory"),
+         None, "fix its cause", "free memory"),
         ("cause handed over", lambda rows: {"error": "probe generation failed: generation: RuntimeError: x",
                                             "cause": "memory"}, None, "free memory", "report it"),
         ("another rank", lambda rows: {"error": "probe generation failed on rank 1 (the error is in that rank's log)"},
-         None, "read that rank's log", "report it"),
+         None, "Read that rank's log", "report it"),
     ],
     ids=["statistics", "oom", "template", "cause handed over", "another rank"],
 )  # fmt: skip

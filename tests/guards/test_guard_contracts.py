@@ -81,7 +81,9 @@ def test_guard_metrics_are_namespaced_and_state_round_trips(cls: type[Guard], tm
 
 
 # Public attributes of a guard that are not hooks: identity, config and declared feature names (data, not calls).
-NOT_HOOKS = {"name", "config_field", "enabled", "FEATURES", "TENSOR_FEATURES", "HOOKS", "MAX_PENDING"}
+NOT_HOOKS = {
+    "name", "config_field", "enabled", "FEATURES", "TENSOR_FEATURES", "HOOKS", "COLLECTIVE_HOOKS", "MAX_PENDING",
+}  # fmt: skip
 
 
 def test_the_base_class_declares_every_hook() -> None:
@@ -106,6 +108,17 @@ def test_every_public_method_is_a_declared_hook(cls: type[Guard]) -> None:
     for hook in Guard.HOOKS:  # an overridden hook keeps the base signature's parameters
         mine, base = inspect.signature(getattr(cls, hook)), inspect.signature(getattr(Guard, hook))
         assert list(mine.parameters) == list(base.parameters), f"{cls.__name__}.{hook}{mine} vs Guard{base}"
+
+
+@pytest.mark.parametrize("cls", GUARDS, ids=lambda c: c.name)
+def test_collective_hooks_are_hooks_the_guard_implements(cls: type[Guard]) -> None:
+    """The driver runs these in lockstep sections: a name that is no hook of the guard would leave one unguarded."""
+    for hook in cls.COLLECTIVE_HOOKS:
+        assert hook in Guard.HOOKS and overrides_hook(cls, hook), f"{cls.__name__}.COLLECTIVE_HOOKS: {hook}"
+
+
+def overrides_hook(cls: type[Guard], hook: str) -> bool:
+    return getattr(cls, hook) is not getattr(Guard, hook)
 
 
 def test_the_engine_calls_only_declared_hooks() -> None:

@@ -168,6 +168,14 @@ def test_drift_probe_completions_reach_a_wandb_table(example_run: tuple[OfflineR
     assert tables[0]["data"][0][0] == 0  # the baseline
 
 
+def test_the_drift_probe_logs_no_rows_of_its_own(example_run: tuple[OfflineRun, str]) -> None:
+    """TRL times each generation and reward call into W&B rows of their own: one per training step, none for the
+    probes (at train start and at both checkpoints; on e1b9f62 they added 3 to the 8 steps' generations)."""
+    run, _ = example_run
+    generate = run.series("profiling/Time taken: GRPOTrainer.transformers.generate")
+    assert len(generate) == len(run.series("profiling/Time taken: GRPOTrainer.compute_loss")) == 8
+
+
 def test_the_example_is_silent(example_run: tuple[OfflineRun, str]) -> None:
     """Issue 20: the main job is a healthy run: no W&B alert, no finding in the summary, every status line ok."""
     run, printed = example_run
