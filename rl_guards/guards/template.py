@@ -59,6 +59,8 @@ class DoubleThinkGuard(Guard):
         return ThinkMarkup(open_tag=tags.open_tag, close_tag=tags.close_tag, name="configured")
 
     def _dataset_prompts(self) -> list[Any]:
+        if self.ctx.rendered_prompts is not None:  # already rendered by the run: their ids stand for themselves
+            return list(self.ctx.rendered_prompts[: self.config.num_prompts])
         ds = self.ctx.train_dataset
         if ds is None:
             return []
@@ -77,6 +79,8 @@ class DoubleThinkGuard(Guard):
         from rl_guards.chat.template_check import render_generation_prompts, render_histories
 
         ctx = self.ctx
+        if ctx.rendered_prompts is not None and ctx.decode is not None:
+            return [RenderedPrompt(ctx.decode(ids), None, f"rendered prompt {i}") for i, ids in enumerate(prompts)]
         if ctx.render_prompts is not None and ctx.decode is not None:
             texts = [ctx.decode(ids) for ids in ctx.render_prompts(prompts)]
         else:
@@ -103,7 +107,14 @@ class DoubleThinkGuard(Guard):
         prompts = self._dataset_prompts()
         rows = self._render_rows(prompts) if prompts else []
         _, flags = self._thinking_column()
-        return check_template(
+        mismatch = []
+        if self.ctx.renderer is not None:  # prompts render through the run's renderer: check it against the template
+            from rl_guards.chat.renderer_check import compare_renderer
+            from rl_guards.core.think_markup import THINK
+
+            probe, mismatch = compare_renderer(self.ctx.renderer, self.ctx.tokenizer, self._markup() or THINK)
+            rows = ([probe] if probe is not None else []) + rows
+        report = check_template(
             self.ctx.tokenizer,
             chat_template_kwargs=self.ctx.chat_template_kwargs,
             chat_template=self.ctx.chat_template,
@@ -111,6 +122,8 @@ class DoubleThinkGuard(Guard):
             rendered_rows=rows,
             mixed=self._per_row() and len(set(flags)) > 1,
         )
+        report.findings += mismatch
+        return report
 
     def _column_ignored(self, report: TemplateReport) -> str | None:
         """A message when the dataset asks for a mode per row that the trainer's one global mode contradicts."""
