@@ -195,13 +195,10 @@ class TinkerRun:
             if self.engine is not None and self._last_step is not None:
                 self._finish_steps(upto=step - 1, final=False)
             self._batches[step] = _Batch(step, groups)
-            self._raise_held()
+            if self.stop is not None and not self._stop_seen:  # a strategy swallowed it in compute_group_rewards
+                self._stop_seen = True
+                raise self.stop
             return step
-
-    def _raise_held(self) -> None:
-        if self.stop is not None and not self._stop_seen:
-            self._stop_seen = True
-            raise self.stop
 
     def _finish_steps(self, upto: int, final: bool) -> None:
         """Decide what is still open up to ``upto``, end the step, and tell the engine of new checkpoints."""
@@ -273,7 +270,8 @@ class TinkerRun:
             batch.groups[position] = result
             if len(batch.groups) >= batch.expected:
                 self._decide(batch)
-                self._raise_held()
+                if self.stop is not None and not self._stop_seen:  # before the batch trains (FailFast ends the loop)
+                    raise self.stop
         return list(zip(final, dicts, strict=True))
 
     def _penalties(self, rollouts: Sequence[Any]) -> list[float]:
