@@ -25,7 +25,15 @@ from tinker_cookbook import renderers
 from tinker_cookbook.completers import TokensWithLogprobs
 from tinker_cookbook.renderers.qwen3 import Qwen3Renderer
 from tinker_cookbook.rl.problem_env import ProblemEnv, ProblemGroupBuilder
-from tinker_cookbook.rl.types import Env, EnvGroupBuilder, RLDataset, RLDatasetBuilder, Trajectory, Transition
+from tinker_cookbook.rl.types import (
+    Env,
+    EnvGroupBuilder,
+    RLDataset,
+    RLDatasetBuilder,
+    StepResult,
+    Trajectory,
+    Transition,
+)
 from tinker_cookbook.tokenizer_utils import get_tokenizer
 
 from rl_guards.testing.data import Example, make_examples
@@ -36,12 +44,35 @@ class TinyTaskEnv(ProblemEnv):
     """One tiny-task problem; the answer is the completion's final line, compared as ``rl_guards.testing.rewards``
     does (``grader="never"``: no answer is ever right, a task that cannot learn)."""
 
-    def __init__(self, example: Example, renderer: Any, *, grader: str = "right", prefill: str | None = None) -> None:
+    def __init__(
+        self, example: Example, renderer: Any, *, grader: str = "right", prefill: str | None = None, stop: bool = True
+    ) -> None:
         super().__init__(renderer, format_coef=0.1)
         self.example = example
         self.task = example.task
         self.grader = grader
         self.prefill = prefill
+        self.stop = stop
+
+    @property
+    def stop_condition(self) -> Any:
+        return super().stop_condition if self.stop else []
+
+    async def step(self, action: list[int], *, extra: Any = None) -> Any:
+        if self.stop:
+            return await super().step(action, extra=extra)
+        # sampled past its end-of-turn (no stop sequences): grade the text up to the first stop token
+        stops = set(self.renderer.get_stop_sequences())
+        end = next((i for i, t in enumerate(action) if t in stops), len(action))
+        text = self.renderer.tokenizer.decode(action[:end], skip_special_tokens=True)
+        correct = float(self.check_answer(text))
+        return StepResult(
+            reward=correct,
+            episode_done=True,
+            next_observation=tinker.ModelInput.empty(),
+            next_stop_condition=[],
+            metrics={"correct": correct},
+        )
 
     def get_question(self) -> str:
         return self.example.question
@@ -142,7 +173,7 @@ class TinyTasksDataset(RLDataset):
 
     def _env(self, example: Example, tag: str) -> TinyTaskEnv:
         grader = self.b.grader if tag in self.b.planted_tasks else "right"
-        return TinyTaskEnv(example, self.renderer, grader=grader, prefill=self.b.prefill)
+        return TinyTaskEnv(example, self.renderer, grader=grader, prefill=self.b.prefill, stop=self.b.stop)
 
     def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
         examples = make_examples(self.b.batch_size, tuple(self.b.tasks), seed=self.b.seed * 100_003 + index)
@@ -187,6 +218,8 @@ class TinyTasksDatasetBuilder(RLDatasetBuilder):
     prefill: str | None = None  # an assistant prefill every env adds to its prompt
     mixed_groups: bool = False  # each group holds group_size different problems
     move_header: int = 0  # move this many observation tokens into each action after grading
+    # False: sample without stop sequences (every completion runs to max_tokens: a benchmark's fixed length)
+    stop: bool = True
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         tokenizer = get_tokenizer(self.model_name_for_tokenizer)

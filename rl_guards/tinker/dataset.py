@@ -143,7 +143,7 @@ class GuardedGroupBuilder(EnvGroupBuilder):
                     self.run_id,
                 )
             return await self.inner.compute_group_rewards(trajectory_group, env_group)
-        rollouts = run.record_group(trajectory_group, env_group)
+        rollouts = run.record_group(self.step, trajectory_group, env_group)
         out = await self.inner.compute_group_rewards(trajectory_group, env_group)
         return run.group_done(self.step, self.position, self.inner, trajectory_group, env_group, rollouts, out)
 

@@ -24,6 +24,7 @@ import atexit
 import logging
 import math
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import Sequence
@@ -123,6 +124,7 @@ class TinkerRun:
         self._sent_seen = False
         self.local: Any = None  # the attached local backend
         self.notes: list[str] = []
+        self.hook_seconds: dict[int, float] = {}  # per step: time spent in rl_guards on the loop's threads
         _RUNS[self.run_id] = self
         atexit.register(_end_at_exit, weakref.ref(self))
 
@@ -187,8 +189,20 @@ class TinkerRun:
         return out
 
     # ----- S1: a batch is handed out ------------------------------------------------------------------------------
+    def _spent(self, step: int | None, start: float) -> None:
+        if step is not None:
+            self.hook_seconds[step] = self.hook_seconds.get(step, 0.0) + time.perf_counter() - start
+
     def next_batch(self, groups: int) -> int:
         """The dataset hands out a batch of ``groups`` groups: the previous step's events first; its step."""
+        start = time.perf_counter()
+        step = self.start_step + self._calls
+        try:
+            return self._next_batch(groups)
+        finally:
+            self._spent(step, start)
+
+    def _next_batch(self, groups: int) -> int:
         with self._lock:
             step = self.start_step + self._calls
             self._calls += 1
@@ -222,11 +236,24 @@ class TinkerRun:
             self.stop = self.stop or exc
 
     # ----- S2: a group's rewards ------------------------------------------------------------------------------------
-    def record_group(self, trajectories: Sequence[Any], envs: Sequence[Any]) -> list[Any]:
+    def record_group(self, step: int, trajectories: Sequence[Any], envs: Sequence[Any]) -> list[Any]:
         """The group's rollouts as sampled (before the recipe's compute_group_rewards may touch them)."""
-        return [record(t, e) for t, e in zip(trajectories, envs, strict=True)]
+        start = time.perf_counter()
+        try:
+            return [record(t, e) for t, e in zip(trajectories, envs, strict=True)]
+        finally:
+            self._spent(step, start)
 
-    def group_done(
+    def group_done(self, step: int, *args: Any) -> list[tuple[float, dict[str, Any]]]:
+        """The group's rewards as the recipe computed them (plus the stray-think penalty when on); the last group of
+        a batch decides the batch (raising its stop here). See :meth:`_group_done` for the arguments."""
+        start = time.perf_counter()
+        try:
+            return self._group_done(step, *args)
+        finally:
+            self._spent(step, start)
+
+    def _group_done(
         self,
         step: int,
         position: int,
@@ -236,8 +263,6 @@ class TinkerRun:
         rollouts: list[Any],
         rewards_and_metrics: Sequence[tuple[float, dict[str, Any]]],
     ) -> list[tuple[float, dict[str, Any]]]:
-        """The group's rewards as the recipe computed them (plus the stray-think penalty when on); the last group of
-        a batch decides the batch (raising its stop here)."""
         final = [float(r) for r, _ in rewards_and_metrics]
         dicts = [dict(m) for _, m in rewards_and_metrics]
         for rollout, trajectory in zip(rollouts, trajectories, strict=True):  # the rewards the loop will sum
@@ -400,6 +425,13 @@ class TinkerRun:
     def _tap(self, event: Any) -> None:
         if event.name != "forward_backward" or event.data.get("forward_only"):
             return
+        start = time.perf_counter()
+        try:
+            self._check_sent(event)
+        finally:
+            self._spent(self._last_step, start)
+
+    def _check_sent(self, event: Any) -> None:
         with self._lock:
             if self.engine is None or self._last_step is None:
                 return
