@@ -150,8 +150,10 @@ class TinkerRun:
                 self.penalty = StrayThinkPenalty.from_guards_config(
                     self.config, tokenizer=tokenizer, chat_template_kwargs=ctx.chat_template_kwargs
                 )
-            self.start_step = self._resume_step()
+            self.start_step, resumed_from = self._resume_step()
             self._checkpoints_seen = {c["name"] for c in self._checkpoints()}
+            if resumed_from is not None:
+                self._restore_state(resumed_from)
             if not self.spec.sync:
                 self.notes.append(
                     "async_config / stream_minibatch_config: rl_guards decides each get_batch's groups together, "
@@ -164,14 +166,55 @@ class TinkerRun:
         self.local = local
         local.taps.append(self._tap)
 
-    def _resume_step(self) -> int:
+    def _resume_step(self) -> tuple[int, str | None]:
+        """Where the loop starts: the batch of the cookbook's last resumable checkpoint (0 for a fresh run)."""
         try:
             from tinker_cookbook.checkpoint_utils import get_last_checkpoint
 
             last = get_last_checkpoint(self.spec.log_path)
         except Exception:
-            return 0
-        return int(getattr(last, "batch", 0) or 0) if last is not None else 0
+            return 0, None
+        if last is None:
+            return 0, None
+        return int(getattr(last, "batch", 0) or 0), str(getattr(last, "name", "") or "") or None
+
+    def _state_file(self, checkpoint: str) -> Path:
+        return Path(str(self.config.rollouts.output_dir)) / "state" / f"{checkpoint}.json"
+
+    def _save_state(self, checkpoint: str, step: int) -> None:
+        """The guards' state at a checkpoint, next to the dumps (``state/<checkpoint name>.json``): what a resume
+        from that checkpoint restores. Written when the loop hands out the next batch (nothing has changed the
+        state since the checkpoint) or at the end. Never fatal."""
+        import json
+
+        from rl_guards.engine.state import engine_state
+
+        assert self.engine is not None
+        path = self._state_file(checkpoint)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".json.tmp")
+            tmp.write_text(json.dumps({"attributes": engine_state(self.engine, step)}, sort_keys=True))
+            tmp.replace(path)
+        except OSError as exc:
+            self.engine.record_warning("state", "state_not_saved", f"could not write {path}: {exc}", step)
+
+    def _restore_state(self, checkpoint: str) -> None:
+        import json
+
+        from rl_guards.engine.state import restore_engine
+
+        assert self.engine is not None
+        path = self._state_file(checkpoint)
+        if not path.is_file():
+            self.notes.append(f"resumed at step {self.start_step} from checkpoint {checkpoint!r} without rl_guards "
+                              f"state ({path} is missing): the guards start fresh")  # fmt: skip
+            return
+        try:
+            saved = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            saved = {"attributes": f"unreadable: {exc}"}
+        restore_engine(self.engine, saved, self.start_step)
 
     def _checkpoints(self) -> list[dict[str, Any]]:
         try:
@@ -232,6 +275,7 @@ class TinkerRun:
                 self._checkpoints_seen.add(checkpoint["name"])
                 folder = str(Path(self.spec.log_path) / f"checkpoint-{checkpoint['batch']}")
                 self.engine.saved(last, folder)
+                self._save_state(checkpoint["name"], last)
         except GuardError as exc:
             self.stop = self.stop or exc
 

@@ -71,9 +71,10 @@ def cookbook_run(tiny: Any, tmp_path: Path, local: Any) -> Callable[..., Cookboo
         save_every: int = 0,
         stray_think_penalty: bool = False,
         config_overrides: dict[str, Any] | None = None,
+        log_path: Path | None = None,
         **dataset: Any,
     ) -> CookbookRun:
-        log_path = tmp_path / f"run{next(counter)}"
+        log_path = log_path or tmp_path / f"run{next(counter)}"
         config = train.Config(
             learning_rate=1e-3,
             dataset_builder=TinyTasksDatasetBuilder(

@@ -195,3 +195,21 @@ def test_the_grader_seam_calls_the_envs_own_check_as_its_step_does(cookbook_run:
         assert call.stateful is None and call.reference == batch.columns["answer"][call.row]
         correct = batch.rewards[call.row][batch.reward_names.index("correct")]
         assert call.grade(call.response) == correct  # the env's own check_answer, on the text its step graded
+
+
+def test_a_resumed_run_restores_the_guards_state_saved_with_its_checkpoint(cookbook_run: Any, tmp_path: Path) -> None:
+    log_path = tmp_path / "resumed"
+    dead_tag = {
+        "tasks": ("echo",), "tags": ("echo", "echo_dead"), "planted_tasks": ("echo_dead",), "grader": "never",
+        "guards_set": ["dead_groups.warn_after_steps=3"], "save_every": 1, "log_path": log_path,
+    }  # fmt: skip
+    first = cookbook_run(steps=2, **dead_tag)
+    assert first.error is None and first.kinds() == set(), first.run.summary()  # a streak of 2: not yet
+    assert {p.name for p in (log_path / "rl_guards" / "state").glob("*.json")} == {"000001.json", "000002.json",
+                                                                                  "final.json"}  # fmt: skip
+    second = cookbook_run(steps=3, **dead_tag)  # the cookbook resumes at batch 2 from its last checkpoint
+    assert second.error is None, second.error
+    assert second.run.start_step == 2
+    assert [r["step"] for r in second.metrics if "env/all/reward/total" in r] == [0, 1, 2]
+    # the streak of 2 came back with the checkpoint's state: the third dead batch is the warn_after_steps-th
+    assert ("dead_groups", "dead_task") in second.kinds(), second.run.summary()
