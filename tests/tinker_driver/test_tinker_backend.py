@@ -193,12 +193,15 @@ def _params(model: Any) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for p in model.parameters()]).clone()
 
 
-def test_the_sdk_trains_samples_and_reads_logprobs_that_match(local: Any, tiny: Any) -> None:
+def test_the_sdk_trains_samples_and_reads_logprobs_that_match(
+    local: Any, tiny: Any, request: pytest.FixtureRequest
+) -> None:
     tok = tiny.load_tokenizer()
     messages = [{"role": "user", "content": "Repeat the word: apple"}]
     prompt = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, enable_thinking=False)
     prompt_ids = tok(prompt)["input_ids"]
     service = tinker.ServiceClient(base_url=local.url)
+    request.addfinalizer(lambda: service.__exit__(None, None, None))  # the session ends as the cookbook's do
     training = service.create_lora_training_client(base_model=tiny.model_dir, rank=8)
     trained = _trained(local, training)
     before = _params(trained.model)
@@ -231,8 +234,11 @@ def test_the_sdk_trains_samples_and_reads_logprobs_that_match(local: Any, tiny: 
     assert saved.path.startswith("tinker://") and saved.path.endswith("/weights/ckpt")
 
 
-def test_a_loss_it_does_not_have_and_a_vetoing_tap_fail_the_request_at_once(local: Any, tiny: Any) -> None:
+def test_a_loss_it_does_not_have_and_a_vetoing_tap_fail_the_request_at_once(
+    local: Any, tiny: Any, request: pytest.FixtureRequest
+) -> None:
     service = tinker.ServiceClient(base_url=local.url)
+    request.addfinalizer(lambda: service.__exit__(None, None, None))  # the session ends as the cookbook's do
     training = service.create_lora_training_client(base_model=tiny.model_dir, rank=8)
     trained = _trained(local, training)
     datum = _datum([5, 6, 7, 8, 9], 1.0)
@@ -251,3 +257,29 @@ def test_a_loss_it_does_not_have_and_a_vetoing_tap_fail_the_request_at_once(loca
         training.forward_backward([datum], "importance_sampling").result()
     training.optim_step(types.AdamParams(learning_rate=1e-2)).result()
     assert torch.equal(before, _params(trained.model))  # the vetoed step never trained
+
+
+@pytest.mark.slow
+def test_the_backend_serves_from_its_own_process_by_model_name(tiny: Any, tmp_path: Any) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TINKER_TELEMETRY": "0"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rl_guards.tinker.backend", "--model", f"tiny/qwen3={tiny.model_dir}",
+         "--root", str(tmp_path / "root")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        url = process.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), process.stderr.read()
+        with tinker.ServiceClient(base_url=url) as service:
+            training = service.create_lora_training_client(base_model="tiny/qwen3", rank=8)
+            info = training.get_info()
+            assert info.model_data.model_name == "tiny/qwen3" and info.model_data.tokenizer_id == tiny.model_dir
+            assert training.save_state("first").result().path.endswith("/weights/first")
+        assert (tmp_path / "root").is_dir() and list((tmp_path / "root").rglob("state.pt"))
+    finally:
+        process.terminate()
+        assert process.wait(timeout=30) == 0

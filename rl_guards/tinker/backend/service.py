@@ -438,12 +438,20 @@ class Service:
 
         with self._lock:
             trained = self._trained.get(run_id)
-        if trained is None:
-            raise RequestError(f"unknown training run {run_id!r}")
-        metadata = {str(k): str(v) for k, v in trained.user_metadata.items()}
+        if trained is not None:
+            base_model, user_metadata = trained.base_model, trained.user_metadata
+        else:  # a run this process did not train: its newest checkpoint on disk (a restarted backend, same root)
+            saved = sorted(self._folder(run_id, "weights", "").glob("*/state.pt"), key=lambda p: p.stat().st_mtime)
+            if not saved:
+                raise RequestError(f"unknown training run {run_id!r}")
+            import torch
+
+            state = torch.load(saved[-1], map_location="cpu", weights_only=False)
+            base_model, user_metadata = str(state.get("base_model")), dict(state.get("user_metadata") or {})
+        metadata = {str(k): str(v) for k, v in user_metadata.items()}
         run = types.TrainingRun(
             training_run_id=run_id,
-            base_model=trained.base_model,
+            base_model=base_model,
             model_owner="local",
             is_lora=False,
             last_request_time=datetime.now(timezone.utc),

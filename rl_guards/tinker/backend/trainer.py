@@ -103,6 +103,7 @@ class TrainedModel:
             "optimizer": self.optimizer.state_dict() if optimizer and self.optimizer is not None else None,
             "steps": self.steps,
             "base_model": self.base_model,
+            "user_metadata": self.user_metadata,
         }
         tmp = folder / "state.pt.tmp"
         torch.save(state, tmp)
