@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rl_guards.core.datum_masks import LossRow, sampled_sequences
+from rl_guards.core.think_markup import ThinkMarkup, prompts_open_block
+from rl_guards.engine.assembly import LocalRows
+from rl_guards.guards.base import RunContext
 
 ENV_REWARD, GROUP_REWARD, PENALTY = "env", "group", "stray_think_penalty"
 SKIPPED_METRIC_PREFIXES = ("stop/", "parse_error_masked", "rl_guards")  # one-hot stop reasons, masking flags, ours
@@ -132,6 +135,66 @@ def task_of(builder: Any, env: Any, task_column: str, default_task: str) -> str:
     return value if isinstance(value, str) and value else default_task
 
 
+def local_rows(
+    step: int, groups: Sequence[GroupResult], ctx: RunContext, markup: ThinkMarkup, max_tokens: int, penalty: bool
+) -> LocalRows:
+    """The batch's rows, group after group, as the engine takes them (failed rows, skipped with a finding, when
+    groups differ in size or a rollout cannot be read)."""
+    sizes = {len(g.rollouts) for g in groups}
+    rollouts = [r for g in groups for r in g.rollouts]
+    errors = [r.error for r in rollouts if r.error]
+    n = len(rollouts)
+    if len(sizes) != 1 or errors:
+        why = errors[0] if errors else f"groups of different sizes {sorted(sizes)} (an error-tolerant strategy)"
+        return LocalRows.failed(step, "train", n, [[0.0]] * n, why)
+    metric_names = sorted({k for r in rollouts for k in r.metrics})
+    names = [ENV_REWARD, GROUP_REWARD] + ([PENALTY] if penalty else []) + metric_names
+    weights = [1.0, 1.0] + ([1.0] if penalty else []) + [0.0] * len(metric_names)
+    matrix: list[list[float]] = []
+    for g in groups:
+        for i, r in enumerate(g.rollouts):
+            row = [r.env_reward, g.final_rewards[i]]
+            if penalty:
+                row.append(g.penalties[i] if g.penalties is not None else 0.0)
+            row += [r.metrics.get(k, math.nan) for k in metric_names]
+            matrix.append(row)
+    prompts = [r.prompt_ids for r in rollouts]
+    completions = [r.completion_ids for r in rollouts]
+    calls = [c for g in groups for c in g.grader_calls]
+    for row_index, call in enumerate(calls):  # a group numbers its own from 0
+        call.row = row_index
+    return LocalRows(
+        step=step,
+        mode="train",
+        num_generations=sizes.pop(),
+        reward_names=names,
+        reward_weights=weights,
+        rewards=matrix,
+        advantages=[a for g in groups for a in g.advantages],
+        tasks=[g.task for g in groups for _ in g.rollouts],
+        completions=[ctx.decode_text(ids) if ctx.decode_text is not None else "" for ids in completions],
+        completion_ids=completions,
+        prompt_ids=prompts,
+        truncated=[r.truncated for r in rollouts],
+        thinking=[ctx.chat_template_kwargs.get("enable_thinking")] * n,
+        prompt_opened=prompts_open_block(prompts, ctx.decode, markup),
+        columns={"answer": [_reference(r.env) for r in rollouts]},
+        max_completion_length=int(max_tokens),
+        decode=ctx.decode,
+        reward_inputs=calls,
+        loss_inputs=[row for g in groups for row in g.loss_rows],
+    )
+
+
+def _reference(env: Any) -> Any:
+    get = getattr(env, "get_reference_answer", None)
+    try:
+        value = get() if callable(get) else None
+    except Exception:
+        return None
+    return value if isinstance(value, str | int | float) else None
+
+
 __all__ = [
     "ENV_REWARD",
     "GROUP_REWARD",
@@ -139,6 +202,7 @@ __all__ = [
     "GroupResult",
     "Rollout",
     "expected_rows",
+    "local_rows",
     "record",
     "task_of",
 ]

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import math
 import threading
 import time
 import uuid
@@ -33,16 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from rl_guards.config import GuardsConfig
-from rl_guards.core.metric_keys import METRIC_PREFIX, parse_task_metric_key
-from rl_guards.core.think_markup import prompts_open_block
-from rl_guards.engine.assembly import LocalRows
 from rl_guards.engine.driver import Engine
 from rl_guards.errors import GuardError
 from rl_guards.guards.base import Guard
 from rl_guards.guards.datum_masks import TrainInputs
+from rl_guards.tinker import checkpoints as C
 from rl_guards.tinker import datums as D
+from rl_guards.tinker import metrics as M
 from rl_guards.tinker.graders import GraderCall
-from rl_guards.tinker.rows import ENV_REWARD, GROUP_REWARD, PENALTY, GroupResult, expected_rows, record, task_of
+from rl_guards.tinker.rows import PENALTY, GroupResult, expected_rows, local_rows, record, task_of
 
 logger = logging.getLogger("rl_guards")
 
@@ -121,7 +119,6 @@ class TinkerRun:
         self._pending: dict[str, list[float]] = {}  # metrics handed over by the engine, not yet delivered
         self._checkpoints_seen: set[str] = set()
         self._lock = threading.RLock()
-        self._sent_seen = False
         self.local: Any = None  # the attached local backend
         self.notes: list[str] = []
         self.hook_seconds: dict[int, float] = {}  # per step: time spent in rl_guards on the loop's threads
@@ -150,10 +147,12 @@ class TinkerRun:
                 self.penalty = StrayThinkPenalty.from_guards_config(
                     self.config, tokenizer=tokenizer, chat_template_kwargs=ctx.chat_template_kwargs
                 )
-            self.start_step, resumed_from = self._resume_step()
-            self._checkpoints_seen = {c["name"] for c in self._checkpoints()}
+            self.start_step, resumed_from = C.resume_point(self.spec.log_path)
+            self._checkpoints_seen = {c["name"] for c in C.written(self.spec.log_path)}
             if resumed_from is not None:
-                self._restore_state(resumed_from)
+                note = C.restore_state(self.engine, self._folder, resumed_from, self.start_step)
+                if note is not None:
+                    self.notes.append(note)
             if not self.spec.sync:
                 self.notes.append(
                     "async_config / stream_minibatch_config: rl_guards decides each get_batch's groups together, "
@@ -161,77 +160,16 @@ class TinkerRun:
                     "and the datums sent are not matched to a batch"
                 )
 
+    @property
+    def _folder(self) -> str:
+        """Where the run's findings, dumps and state go (``<log_path>/rl_guards`` unless configured)."""
+        return str(self.config.rollouts.output_dir)
+
     def attach(self, local: Any) -> None:
         """Check the datums a local backend (:class:`rl_guards.tinker.backend.LocalTinker`) receives, as sent."""
         self.local = local
         local.taps.append(self._tap)
 
-    def _resume_step(self) -> tuple[int, str | None]:
-        """Where the loop starts: the batch of the cookbook's last resumable checkpoint (0 for a fresh run)."""
-        try:
-            from tinker_cookbook.checkpoint_utils import get_last_checkpoint
-
-            last = get_last_checkpoint(self.spec.log_path)
-        except Exception:
-            return 0, None
-        if last is None:
-            return 0, None
-        return int(getattr(last, "batch", 0) or 0), str(getattr(last, "name", "") or "") or None
-
-    def _state_file(self, checkpoint: str) -> Path:
-        return Path(str(self.config.rollouts.output_dir)) / "state" / f"{checkpoint}.json"
-
-    def _save_state(self, checkpoint: str, step: int) -> None:
-        """The guards' state at a checkpoint, next to the dumps (``state/<checkpoint name>.json``): what a resume
-        from that checkpoint restores. Written when the loop hands out the next batch (nothing has changed the
-        state since the checkpoint) or at the end. Never fatal."""
-        import json
-
-        from rl_guards.engine.state import engine_state
-
-        assert self.engine is not None
-        path = self._state_file(checkpoint)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps({"attributes": engine_state(self.engine, step)}, sort_keys=True))
-            tmp.replace(path)
-        except OSError as exc:
-            self.engine.record_warning("state", "state_not_saved", f"could not write {path}: {exc}", step)
-
-    def _restore_state(self, checkpoint: str) -> None:
-        import json
-
-        from rl_guards.engine.state import restore_engine
-
-        assert self.engine is not None
-        path = self._state_file(checkpoint)
-        if not path.is_file():
-            self.notes.append(f"resumed at step {self.start_step} from checkpoint {checkpoint!r} without rl_guards "
-                              f"state ({path} is missing): the guards start fresh")  # fmt: skip
-            return
-        try:
-            saved = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            saved = {"attributes": f"unreadable: {exc}"}
-        restore_engine(self.engine, saved, self.start_step)
-
-    def _checkpoints(self) -> list[dict[str, Any]]:
-        try:
-            from tinker_cookbook.checkpoint_utils import load_checkpoints_file
-
-            records = load_checkpoints_file(self.spec.log_path)
-        except Exception:
-            return []
-        out = []
-        for record_ in records:
-            name = getattr(record_, "name", None)
-            batch = getattr(record_, "batch", None)
-            if name is not None and batch is not None:
-                out.append({"name": str(name), "batch": int(batch)})
-        return out
-
-    # ----- S1: a batch is handed out ------------------------------------------------------------------------------
     def _spent(self, step: int | None, start: float) -> None:
         if step is not None:
             self.hook_seconds[step] = self.hook_seconds.get(step, 0.0) + time.perf_counter() - start
@@ -269,13 +207,13 @@ class TinkerRun:
             return
         try:
             self.engine.step_end(last, final=final)
-            for checkpoint in self._checkpoints():
+            for checkpoint in C.written(self.spec.log_path):
                 if checkpoint["name"] in self._checkpoints_seen:
                     continue
                 self._checkpoints_seen.add(checkpoint["name"])
                 folder = str(Path(self.spec.log_path) / f"checkpoint-{checkpoint['batch']}")
                 self.engine.saved(last, folder)
-                self._save_state(checkpoint["name"], last)
+                C.save_state(self.engine, self._folder, checkpoint["name"], last)
         except GuardError as exc:
             self.stop = self.stop or exc
 
@@ -362,7 +300,9 @@ class TinkerRun:
                 self.engine.ctx.rendered_prompts = _distinct([r.prompt_ids for g in groups for r in g.rollouts])
                 self.engine.share_template_verdict()
                 self.engine.begin(max(batch.step - 1, 0))
-            self.engine.submit(self._rows(batch.step, groups))
+            penalty = self.penalty is not None
+            rows = local_rows(batch.step, groups, self.engine.ctx, self.markup, self.spec.max_tokens, penalty)
+            self.engine.submit(rows)
         except GuardError as exc:
             self.stop = self.stop or exc
         self._deliver(groups, late)
@@ -378,92 +318,26 @@ class TinkerRun:
         ctx.renderer = self.renderer = env.renderer
         ctx.chat_template_kwargs = {**ctx.chat_template_kwargs, "enable_thinking": renderer_thinking(env.renderer)}
 
-    def _rows(self, step: int, groups: list[GroupResult]) -> LocalRows:
-        sizes = {len(g.rollouts) for g in groups}
-        rollouts = [r for g in groups for r in g.rollouts]
-        errors = [r.error for r in rollouts if r.error]
-        n = len(rollouts)
-        if len(sizes) != 1 or errors:
-            why = errors[0] if errors else f"groups of different sizes {sorted(sizes)} (an error-tolerant strategy)"
-            return LocalRows.failed(step, "train", n, [[0.0]] * n, why)
-        metric_names = sorted({k for r in rollouts for k in r.metrics})
-        names = [ENV_REWARD, GROUP_REWARD] + ([PENALTY] if self.penalty is not None else []) + metric_names
-        weights = [1.0, 1.0] + ([1.0] if self.penalty is not None else []) + [0.0] * len(metric_names)
-        matrix: list[list[float]] = []
-        for g in groups:
-            for i, r in enumerate(g.rollouts):
-                row = [r.env_reward, g.final_rewards[i]]
-                if self.penalty is not None:
-                    row.append(g.penalties[i] if g.penalties is not None else 0.0)
-                row += [r.metrics.get(k, math.nan) for k in metric_names]
-                matrix.append(row)
-        ctx = self.engine.ctx if self.engine is not None else None
-        prompts = [r.prompt_ids for r in rollouts]
-        completions = [r.completion_ids for r in rollouts]
-        decode_text = ctx.decode_text if ctx is not None else None
-        thinking = ctx.chat_template_kwargs.get("enable_thinking") if ctx is not None else None
-        return LocalRows(
-            step=step,
-            mode="train",
-            num_generations=sizes.pop(),
-            reward_names=names,
-            reward_weights=weights,
-            rewards=matrix,
-            advantages=[a for g in groups for a in g.advantages],
-            tasks=[g.task for g in groups for _ in g.rollouts],
-            completions=[decode_text(ids) if decode_text is not None else "" for ids in completions],
-            completion_ids=completions,
-            prompt_ids=prompts,
-            truncated=[r.truncated for r in rollouts],
-            thinking=[thinking] * n,
-            prompt_opened=prompts_open_block(prompts, ctx.decode if ctx is not None else None, self.markup),
-            columns={"answer": [_reference(r.env) for r in rollouts]},
-            max_completion_length=int(self.spec.max_tokens),
-            decode=ctx.decode if ctx is not None else None,
-            reward_inputs=_numbered([c for g in groups for c in g.grader_calls]),
-            loss_inputs=[row for g in groups for row in g.loss_rows],
-        )
-
     # ----- metrics back to the cookbook -----------------------------------------------------------------------------
     def _sink(self, mode: str, metrics: dict[str, list[float]]) -> None:
         for key, values in metrics.items():
             self._pending.setdefault(key, []).extend(values)
 
     def _deliver(self, groups: list[GroupResult], late: bool) -> None:
-        """Every trajectory's metrics get the batch's global keys; per-task keys go to the task's own groups (and,
-        when the loop drops constant-reward groups, a task whose groups all go is carried by the groups that stay),
-        so the cookbook's means over any set of trajectories are the values themselves."""
-        if late or not groups:  # the batch's row is already logged: its metrics go with the next batch's
+        """The batch's metrics into its trajectories' metrics (:func:`.metrics.deliver`); a batch decided late (its
+        row is already logged) leaves them for the next batch's."""
+        if late or not groups:
             return
         values = {k: sum(v) / len(v) for k, v in self._pending.items() if v}
         self._pending = {}
         if not values:
             return
         batch = self.engine.last_batch if self.engine is not None else None
-        labels = []
-        start = 0
+        labels, start = [], 0
         for g in groups:
-            label = batch.tasks[start] if batch is not None and start < len(batch.tasks) else g.task
-            labels.append(label)
+            labels.append(batch.tasks[start] if batch is not None and start < len(batch.tasks) else g.task)
             start += len(g.rollouts)
-        global_values = {k: v for k, v in values.items() if parse_task_metric_key(k) is None}
-        per_task: dict[Any, dict[str, float]] = {}
-        for key, value in values.items():
-            parsed = parse_task_metric_key(key)
-            if parsed is not None:
-                per_task.setdefault(parsed[0], {})[key] = value
-        survivors = list(range(len(groups)))
-        if self.spec.remove_constant_reward_groups:
-            survivors = [i for i, g in enumerate(groups) if not g.constant] or [0]
-        kept_labels = {labels[i] for i in survivors}
-        orphans = {k: v for task, keys in per_task.items() if task not in kept_labels for k, v in keys.items()}
-        for i, g in enumerate(groups):
-            extra = dict(global_values)
-            extra.update(per_task.get(labels[i], {}))
-            if i in survivors:
-                extra.update(orphans)
-            for d in g.metric_dicts:
-                d.update(extra)
+        M.deliver(values, groups, labels, self.spec.remove_constant_reward_groups)
 
     # ----- the local backend's tap ----------------------------------------------------------------------------------
     def _tap(self, event: Any) -> None:
@@ -550,38 +424,9 @@ class TinkerRun:
         return list(calls) if isinstance(calls, list) else []
 
     def metrics_history(self) -> list[dict[str, Any]]:
-        """The cookbook's ``metrics.jsonl`` rows with rl_guards' keys as the engine logs them (``env/all/`` off), and
-        each tag's ``reward/total`` as the task's ``reward_mean`` (the curves of the summary)."""
-        import json
-
-        from rl_guards.core.metric_keys import task_metric_key
-
-        path = Path(self.spec.log_path) / "metrics.jsonl"
-        rows: list[dict[str, Any]] = []
-        if not path.is_file():
-            return rows
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                raw = json.loads(line)
-            except ValueError:
-                continue
-            row: dict[str, Any] = {"step": raw.get("step")}
-            tags = {k.split("/")[1] for k in raw if k.startswith("env/") and k.endswith("/reward/total")}
-            for key, value in raw.items():
-                if key.startswith(f"env/all/{METRIC_PREFIX}"):
-                    row[key.removeprefix("env/all/")] = value
-                elif key.startswith("env/") and key.endswith("/reward/total"):
-                    tag = key.split("/")[1]
-                    if tag != "all" or tags == {"all"}:
-                        task = tag if tag != "all" else self._only_task()
-                        if task is not None:
-                            row[task_metric_key(task, "reward_mean")] = value
-            rows.append(row)
-        return rows
-
-    def _only_task(self) -> str | None:
-        labels = self.engine.task_labels.kept if self.engine is not None else []
-        return next(iter(labels)) if len(labels) == 1 else None
+        """The cookbook's ``metrics.jsonl`` rows as the engine logs its keys (see :func:`.metrics.history`)."""
+        labels = list(self.engine.task_labels.kept) if self.engine is not None else []
+        return M.history(self.spec.log_path, labels[0] if len(labels) == 1 else None)
 
     def summary(self) -> str:
         """Findings, per-task curves (first -> last), notes."""
@@ -593,13 +438,6 @@ class TinkerRun:
         return text
 
 
-def _numbered(calls: list[GraderCall]) -> list[GraderCall]:
-    """The grader calls with their batch row numbers (a group numbers its own from 0)."""
-    for row, call in enumerate(calls):
-        call.row = row
-    return calls
-
-
 def _distinct(rows: list[list[int]], limit: int = 8) -> list[list[int]]:
     out: list[list[int]] = []
     for row in rows:
@@ -608,15 +446,6 @@ def _distinct(rows: list[list[int]], limit: int = 8) -> list[list[int]]:
         if len(out) >= limit:
             break
     return out
-
-
-def _reference(env: Any) -> Any:
-    get = getattr(env, "get_reference_answer", None)
-    try:
-        value = get() if callable(get) else None
-    except Exception:
-        return None
-    return value if isinstance(value, str | int | float) else None
 
 
 def _end_at_exit(ref: weakref.ref[TinkerRun]) -> None:
