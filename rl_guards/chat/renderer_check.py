@@ -25,6 +25,9 @@ from rl_guards.core.templates import (
 from rl_guards.core.think_markup import THINK, ThinkMarkup
 
 RENDERER_MISMATCH = "renderer_mismatch"  # the renderer's generation prompt treats the think block unlike the template
+RENDERER_PARSE = "renderer_parse"  # parse_response drops, doubles or leaves the think block in the answer text
+PARSE_THINKING = "2 plus 2 is 4."  # the reasoning of the probe response
+PARSE_ANSWER = "4"
 
 
 def renderer_thinking(renderer: Any) -> bool:
@@ -88,4 +91,75 @@ def compare_renderer(
     return probe, [TemplateFinding(RENDERER_MISMATCH, "error", message, f"renderer {name}")]
 
 
-__all__ = ["RENDERER_MISMATCH", "compare_renderer", "render_with", "renderer_probe", "renderer_thinking"]
+def _parts(message: Any) -> tuple[str, list[str]]:
+    """A parsed message's answer text and its thinking parts (the cookbook's content: a string or typed parts)."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return content, []
+    text, thinking = [], []
+    for part in content or []:
+        if isinstance(part, dict) and part.get("type") == "thinking":
+            thinking.append(str(part.get("thinking", "")))
+        elif isinstance(part, dict) and part.get("type") == "text":
+            text.append(str(part.get("text", "")))
+    return "".join(text), thinking
+
+
+def parse_round_trip(
+    renderer: Any, tokenizer: Any, prompt: RenderedPrompt | None, markup: ThinkMarkup = THINK
+) -> list[TemplateFinding]:
+    """A ``renderer_parse`` error when ``renderer.parse_response`` on a well-formed response in the renderer's mode
+    (thinking: a think block then the answer, starting inside the block when the prompt opens it) leaves a think tag
+    in the answer text, or drops or doubles the reasoning: an env grading the parsed text then grades the thinking,
+    or a response the policy wrote well is scored as malformed."""
+    stops = [s for s in _stops(renderer) if isinstance(s, int)]
+    if not stops:  # string stops (role_colon): no token to end the probe response with
+        return []
+    thinking = renderer_thinking(renderer)
+    opened = prompt is not None and scan_prompt(prompt.text, markup).opened
+    if thinking:
+        body = ("" if opened else f"{markup.open_tag}\n") + f"{PARSE_THINKING}\n{markup.close_tag}\n\n{PARSE_ANSWER}"
+    else:
+        body = PARSE_ANSWER
+    name = type(renderer).__name__
+    try:
+        tokens = [int(t) for t in tokenizer.encode(body, add_special_tokens=False)] + [stops[0]]
+        message, _ = renderer.parse_response(tokens)
+        text, reasoning = _parts(message)
+    except Exception as exc:
+        return [TemplateFinding(RENDERER_PARSE, "error", f"{name}.parse_response fails on {body!r} + its stop "
+                                f"token: {type(exc).__name__}: {exc}", f"renderer {name}")]  # fmt: skip
+    wrong = []
+    if markup.open_tag in text or markup.close_tag in text:
+        wrong.append("leaves think tags in the answer text")
+    if text.strip() != PARSE_ANSWER:
+        wrong.append(f"gives the answer text {text!r} (expected {PARSE_ANSWER!r})")
+    if thinking and sum(PARSE_THINKING in r for r in reasoning) != 1:
+        wrong.append(f"gives {len(reasoning)} thinking part(s) {reasoning!r} (expected the reasoning once)")
+    if not wrong:
+        return []
+    message_text = (
+        f"{name}.parse_response (thinking={thinking}, prompt {'opens' if opened else 'does not open'} the block) on "
+        f"{body!r} + its stop token {'; '.join(wrong)}: an env that grades the parsed text (a ProblemEnv's "
+        "get_text_content) then grades the thinking, or scores a well-formed answer as wrong. Fix: parse with the "
+        "renderer that built the prompt, in its mode"
+    )
+    return [TemplateFinding(RENDERER_PARSE, "error", message_text, f"renderer {name}")]
+
+
+def _stops(renderer: Any) -> list[Any]:
+    try:
+        return list(renderer.get_stop_sequences())
+    except Exception:
+        return []
+
+
+__all__ = [
+    "RENDERER_MISMATCH",
+    "RENDERER_PARSE",
+    "compare_renderer",
+    "parse_round_trip",
+    "render_with",
+    "renderer_probe",
+    "renderer_thinking",
+]

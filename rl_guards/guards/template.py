@@ -30,6 +30,10 @@ class DoubleThinkGuard(Guard):
                                       template drops the thinking switch the model's own template has, or the
                                       dataset's per-row thinking column is not honoured (one global mode)
     ``render_failed``                 dataset prompts do not render
+    ``renderer_mismatch``             (a run whose renderer builds prompts: tinker-cookbook) the renderer's
+                                      generation prompt treats the think block unlike the tokenizer's template
+    ``renderer_parse``                the renderer's ``parse_response`` leaves think tags in the answer text, or
+                                      drops or doubles the reasoning, on a well-formed response in its mode
     ================================  ============================================================================
 
     Info only: ``flag_no_effect`` (template has no switch), ``row_prefill`` (rows open a block the template does not).
@@ -109,10 +113,12 @@ class DoubleThinkGuard(Guard):
         _, flags = self._thinking_column()
         mismatch = []
         if self.ctx.renderer is not None:  # prompts render through the run's renderer: check it against the template
-            from rl_guards.chat.renderer_check import compare_renderer
+            from rl_guards.chat.renderer_check import compare_renderer, parse_round_trip
             from rl_guards.core.think_markup import THINK
 
-            probe, mismatch = compare_renderer(self.ctx.renderer, self.ctx.tokenizer, self._markup() or THINK)
+            markup = self._markup() or THINK
+            probe, mismatch = compare_renderer(self.ctx.renderer, self.ctx.tokenizer, markup)
+            mismatch += parse_round_trip(self.ctx.renderer, self.ctx.tokenizer, probe, markup)
             rows = ([probe] if probe is not None else []) + rows
         report = check_template(
             self.ctx.tokenizer,
