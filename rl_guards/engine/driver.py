@@ -12,6 +12,10 @@ when it has them) and tells it the trainer's events. Per generation batch, on ev
     after_batch(batch); settle()     # messages rendered now that their rows are here
     metrics -> metrics_sink          # the driver puts them where its trainer logs
 
+A driver whose framework builds the loss inputs only after the batch was decided (tinker-cookbook's datums, seen by a
+local backend as they are sent) hands them to :meth:`Engine.train_inputs`, an event whose guards decide before the
+step trains.
+
 A stop raises the guard's :class:`~rl_guards.errors.GuardError` from :meth:`Engine.process` (or the event) on every
 rank. Metrics go to ``metrics_sink(mode, {key: [values]})``; on a stop ``log_now(step)`` lets the driver log the
 failing batch's metrics at once (the trainer will not).
