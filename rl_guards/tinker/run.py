@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_guards.config import GuardsConfig
+from rl_guards.core.think_markup import prompts_open_block
 from rl_guards.engine.driver import Engine
 from rl_guards.errors import GuardError
 from rl_guards.guards.base import Guard
@@ -122,6 +123,7 @@ class TinkerRun:
         self.local: Any = None  # the attached local backend
         self.notes: list[str] = []
         self.hook_seconds: dict[int, float] = {}  # per step: time spent in rl_guards on the loop's threads
+        self._renderer_from_envs = False
         _RUNS[self.run_id] = self
         atexit.register(_end_at_exit, weakref.ref(self))
 
@@ -245,6 +247,8 @@ class TinkerRun:
         rollouts: list[Any],
         rewards_and_metrics: Sequence[tuple[float, dict[str, Any]]],
     ) -> list[tuple[float, dict[str, Any]]]:
+        if not self._renderer_from_envs:
+            self._use_env_renderer(envs)
         final = [float(r) for r, _ in rewards_and_metrics]
         dicts = [dict(m) for _, m in rewards_and_metrics]
         for rollout, trajectory in zip(rollouts, trajectories, strict=True):  # the rewards the loop will sum
@@ -282,9 +286,14 @@ class TinkerRun:
         return list(zip(final, dicts, strict=True))
 
     def _penalties(self, rollouts: Sequence[Any]) -> list[float]:
-        texts = [self.tokenizer.decode(r.completion_ids, skip_special_tokens=True) for r in rollouts]
-        thinking = self.engine.ctx.chat_template_kwargs.get("enable_thinking") if self.engine else None
-        column = [thinking] * len(rollouts)
+        """The stray-think penalty of each rollout, in the renderer's mode, knowing whether the group's prompt
+        already opens the block (a prefill)."""
+        assert self.engine is not None
+        ctx = self.engine.ctx
+        opened = bool(prompts_open_block([rollouts[0].prompt_ids], ctx.decode, self.markup)[0]) if rollouts else False
+        self.penalty.set_prompt_opened(opened, opened)
+        texts = [ctx.decode_text(r.completion_ids) for r in rollouts]
+        column = [ctx.chat_template_kwargs.get("enable_thinking")] * len(rollouts)
         return [float(v) for v in self.penalty(texts, [r.completion_ids for r in rollouts], enable_thinking=column)]
 
     # ----- deciding a batch -----------------------------------------------------------------------------------------
@@ -296,9 +305,7 @@ class TinkerRun:
         try:
             if not self._begun:
                 self._begun = True
-                self._use_env_renderer(groups)
                 self.engine.ctx.rendered_prompts = _distinct([r.prompt_ids for g in groups for r in g.rollouts])
-                self.engine.share_template_verdict()
                 self.engine.begin(max(batch.step - 1, 0))
             penalty = self.penalty is not None
             rows = local_rows(batch.step, groups, self.engine.ctx, self.markup, self.spec.max_tokens, penalty)
@@ -307,13 +314,15 @@ class TinkerRun:
             self.stop = self.stop or exc
         self._deliver(groups, late)
 
-    def _use_env_renderer(self, groups: list[GroupResult]) -> None:
-        """The renderer the envs prompt with (a ProblemEnv's ``renderer``) is the run's, whatever the config names."""
+    def _use_env_renderer(self, envs: Sequence[Any]) -> None:
+        """The renderer the envs prompt with (a ProblemEnv's ``renderer``) is the run's, whatever the config names
+        (read from the first group that has one)."""
         from rl_guards.chat.renderer_check import renderer_thinking
 
-        env = next((r.env for g in groups for r in g.rollouts if getattr(r.env, "renderer", None) is not None), None)
+        env = next((e for e in envs if getattr(e, "renderer", None) is not None), None)
         if env is None or self.engine is None:
             return
+        self._renderer_from_envs = True
         ctx = self.engine.ctx
         ctx.renderer = self.renderer = env.renderer
         ctx.chat_template_kwargs = {**ctx.chat_template_kwargs, "enable_thinking": renderer_thinking(env.renderer)}
