@@ -37,6 +37,7 @@ PRESETS: dict[str, list[str]] = {
     "bench_tiny_fixture.py": [],
     "bench_scale.py": [],  # issue 12's figures side by side (real 2-process gloo runs)
     "bench_checks_cost.py": [],  # drift probe generations and reward-probe calls, as shares of a run
+    "bench_tinker.py": ["--pairs", "1", "--iterations", "3"],  # a cookbook loop, 64 x 256, plain vs guarded (~1.5 min)
 }
 # Scripts never run here, and why (RESULTS.md lists them).
 NOT_RUN: dict[str, str] = {

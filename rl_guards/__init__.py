@@ -18,6 +18,7 @@ from rl_guards.config import GuardsArguments, GuardsConfig
 from rl_guards.errors import (
     ConfigError,
     DeadGradientError,
+    GroupIntegrityError,
     GuardError,
     IncompatibleTrainerError,
     MaskingError,
@@ -56,6 +57,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ConfigError",
     "DeadGradientError",
+    "GroupIntegrityError",
     "GuardError",
     "GuardsArguments",
     "GuardsCallback",

@@ -195,6 +195,13 @@ class DeadGroupsConfig(GuardConfig):
 
 
 @dataclass
+class GroupsConfig(GuardConfig):
+    """Every rollout of a group answered the same prompt (group-relative advantages compare like with like)."""
+
+    mode: Mode = "raise"
+
+
+@dataclass
 class TruncationConfig(GuardConfig):
     """Completions that hit max_completion_length."""
 
@@ -387,6 +394,7 @@ class GuardsConfig:
     tasks: TasksConfig = field(default_factory=TasksConfig)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
     dead_groups: DeadGroupsConfig = field(default_factory=DeadGroupsConfig)
+    groups: GroupsConfig = field(default_factory=GroupsConfig)
     truncation: TruncationConfig = field(default_factory=TruncationConfig)
     slicing: SlicingConfig = field(default_factory=SlicingConfig)
     rollouts: RolloutsConfig = field(default_factory=RolloutsConfig)

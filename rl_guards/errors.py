@@ -65,6 +65,10 @@ class DeadGradientError(GuardError):
     """A task stopped contributing gradient."""
 
 
+class GroupIntegrityError(GuardError):
+    """A group holds rollouts of different prompts, so its advantages compare unlike problems."""
+
+
 class RewardProbeError(GuardError):
     """A probe of a reward function found it reads only a prefix, reads the thinking, or pays a degenerate text."""
 

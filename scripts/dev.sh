@@ -17,7 +17,9 @@ setup() {
   "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
   # torch first and pinned: 2.13.0 is the CPU wheel; an unpinned spec can pull a multi-GB CUDA build.
   "$VENV/bin/python" -m pip install -q "torch==2.13.0"
-  "$VENV/bin/python" -m pip install -q -e ".[dev]"
+  "$VENV/bin/python" -m pip install -q -e ".[dev,tinker]" "torch==2.13.0"
+  # tinker-cookbook pinned and without its dependencies: the tinker extra has them, less tml-renderers (not on PyPI)
+  "$VENV/bin/python" -m pip install -q --no-deps "tinker-cookbook==0.6.1" "torch==2.13.0"
   frameworks "$VENV"
 }
 

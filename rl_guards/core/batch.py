@@ -65,6 +65,9 @@ class RolloutBatch:
     # what TRL passed the reward functions for the held rows, in held-row order: (inputs, prompts, completions,
     # completion_ids, trainer_state) -- to score variants of these rows the way TRL does (None in hand-built batches)
     reward_inputs: Any = None
+    # per row: what the trainer trains on for it, where a driver knows (tinker: a core.datum_masks.LossRow with the
+    # sequences as sampled and the datums built for them); None where not held or unknown; empty = unknown
+    loss_inputs: list[Any] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         n = len(self.completions)

@@ -34,6 +34,7 @@ WHEN_NONZERO: frozenset[str] = frozenset(
         "masking/violating_rows",
         "think_tags/anomalous_rate",
         "dead_groups/dead_tasks",
+        "groups/mixed_groups",
         "routing/unscored_rows",
         "routing/misrouted_rows",
         "routing/unrouted_rows",
@@ -57,7 +58,8 @@ WHEN_NONZERO_SUFFIXES: tuple[str, ...] = ("/violations", "/internal_errors")
 # rl_guards' own guards and reward wrappers (a new built-in guard adds its name here and its defaults above)
 BUILTIN_GUARDS: frozenset[str] = frozenset(
     {"masking", "think_tags", "stray_think_penalty", "template", "tasks", "routing", "dead_groups", "truncation",
-     "slicing", "rollouts", "preflight", "reward_sanity", "blind_judge", "probes", "reward_errors", "drift", "hook"}
+     "slicing", "rollouts", "preflight", "reward_sanity", "blind_judge", "probes", "reward_errors", "drift", "hook",
+     "groups"}
 )  # fmt: skip
 BUILTIN_TASK_METRICS: frozenset[str] = frozenset(
     {"reward_mean", "reward_std", "completion_length", "rows", "groups", "dead_group_share", "dead_all_pass",
@@ -83,6 +85,9 @@ class MetricFilter:
 
     level: str = "default"
     single_task: bool = False  # the run has no task column: per-task twins of TRL metrics are dropped
+    # per-task metrics the driver's framework already logs per task (tinker-cookbook: env/<tag>/reward/total and
+    # env/<tag>/by_group/frac_*): dropped at the default level
+    framework_twins: frozenset[str] = frozenset()
     nonzero_seen: set[str] = field(default_factory=set)  # keys already non-zero in the run (state: survives resume)
 
     def __post_init__(self) -> None:
@@ -99,6 +104,8 @@ class MetricFilter:
             if metric not in BUILTIN_TASK_METRICS and not metric.startswith(BUILTIN_TASK_PREFIXES):
                 return True  # a guard of the user's own
             if self.single_task and metric in TRL_TWINS_OF_ONE_TASK:
+                return False
+            if metric in self.framework_twins:
                 return False
             if metric in TASK_ALWAYS:
                 return True

@@ -63,7 +63,8 @@ class LocalRows:
     max_completion_length: int = 0
     epoch: float = 0.0
     decode: Callable[[list[int]], str] | None = None
-    reward_inputs: tuple[Any, ...] | None = None  # what the reward functions were called with (held rows)
+    reward_inputs: Any = None  # what the reward functions were called with (held rows)
+    loss_inputs: list[Any] = field(default_factory=list)  # per held row: what the trainer trains on (if known)
     error: str | None = None  # the driver could not build these rows: the batch is skipped on every rank
 
     @classmethod
@@ -235,6 +236,7 @@ class Assembly:
             prompt_opened=spread(local.prompt_opened or [False] * len(held), False),
             local_rows=held if n != len(held) else None,
             reward_inputs=local.reward_inputs,
+            loss_inputs=spread(local.loss_inputs, None) if local.loss_inputs else [],
             completion_lengths=lengths,
         )
         # what RolloutBatch.reward_matrix computes from the rows (None -> NaN), from the array at hand

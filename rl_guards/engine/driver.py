@@ -19,6 +19,10 @@ recorded on every rank. A stop raises the guard's :class:`~rl_guards.errors.Guar
 (or the event) on every rank. Metrics go to ``metrics_sink(mode, {key: [values]})``; on a stop ``log_now(step)``
 lets the driver log the failing batch's metrics at once (the trainer will not).
 
+A driver whose framework builds the loss inputs only after the batch was decided (tinker-cookbook's datums, seen by a
+local backend as they are sent) hands them to :meth:`Engine.train_inputs`, an event whose guards decide before the
+step trains.
+
 With several ranks (and ``engine.background``), :meth:`Engine.submit` hands a train batch from the rows on to a
 background thread, whose collectives run on a process group of the engine's own, so that waiting for the other ranks
 and deciding over every rank's rows overlap the step's training; the next call into the engine (the step's end, at
@@ -84,6 +88,7 @@ class Engine:
         session: GuardSession | None = None,
         task_counts: dict[str, int] | None = None,
         single_task: bool = False,
+        framework_twins: frozenset[str] = frozenset(),
     ) -> None:
         self.config = config
         self.guards = [g for g in guards if g.enabled]
@@ -91,7 +96,9 @@ class Engine:
         self.ranks = ranks or Ranks(ctx.world_size, ctx.process_index, ctx.is_main_process)
         self.session = session or GuardSession()
         self.session.defer = True  # stops and row-showing messages settle once the batch's text is in place
-        self.session.metric_filter = MetricFilter(config.metrics.level, single_task=single_task)
+        self.session.metric_filter = MetricFilter(
+            config.metrics.level, single_task=single_task, framework_twins=frozenset(framework_twins)
+        )
         self.task_labels = TaskLabels(config.tasks.max_tasks)
         self.assembly = Assembly(config, self.guards, self.session, self.ranks, self.task_labels)
         self.agreement = Agreement(self.ranks, self.session, [g.name for g in self.guards])
@@ -271,6 +278,14 @@ class Engine:
         if stop is not None:
             self.log_now(None)
             raise stop
+
+    def train_inputs(self, step: int, inputs: Any) -> None:
+        """The inputs the trainer is about to train on for ``step``'s train batch, seen after the batch was decided
+        (a driver whose framework builds them later: tinker's datums): the guards that read them decide now, all
+        ranks together; a stop raises here, before the step trains. Their metrics go with the next batch's."""
+        self.join()
+        batch = next((b for b in reversed(self._step_batches) if b.step == step), None)
+        self._dispatch("on_train_inputs", step, batch, inputs)
 
     def step_end(self, step: int, *, final: bool, checkpoint_dir: str | None = None) -> None:
         """After an optimizer step, before the trainer logs it; ``checkpoint_dir``: a checkpoint is saved next."""

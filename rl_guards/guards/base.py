@@ -58,6 +58,13 @@ class RunContext:
     decode_text: Any = None
     # the dataset column each row's prompt is rendered with (its own enable_thinking), None: one mode for all rows
     per_row_thinking_column: str | None = None
+    # the run's renderer where prompts are rendered by one rather than by the chat template (tinker-cookbook's
+    # Renderer: build_generation_prompt / parse_response); None: the chat template renders them
+    renderer: Any = None
+    # prompt ids as the run itself rendered them (its first rollouts' prompts), where no dataset of prompts exists
+    rendered_prompts: list[list[int]] | None = None
+    # the name of the setting that caps completion length in the run's framework (messages name it)
+    length_cap_name: str = "max_completion_length"
 
     @property
     def template_text(self) -> str | None:
@@ -81,6 +88,8 @@ class Guard:
             on_batch(batch, report)          # decisions from numbers every rank holds: all ranks agree
             wants_rows(batch)                # the main process needs every row's text (a dump)
             after_batch(batch, report)       # the rows a message or a dump asked for are in place
+        on_train_inputs(batch, inputs, report)  # the exact inputs the trainer is about to train on (a driver that
+                                             # sees them after the batch was decided: tinker's datums as sent)
         on_step_end(final, report)           # after each optimizer step, before the trainer logs it
         before_save(checkpoint_dir, report)  # the trainer is about to write this checkpoint
         on_save(checkpoint_dir, report)      # after each checkpoint save
@@ -110,6 +119,7 @@ class Guard:
         "on_batch",
         "wants_rows",
         "after_batch",
+        "on_train_inputs",
         "on_step_end",
         "before_save",
         "on_save",
@@ -178,6 +188,10 @@ class Guard:
 
     def after_batch(self, batch: RolloutBatch, report: Reporter) -> None:
         """After :meth:`on_batch`, once the rows that messages and dumps asked for are in place."""
+
+    def on_train_inputs(self, batch: RolloutBatch | None, inputs: Any, report: Reporter) -> None:
+        """What the trainer is about to train on for ``batch`` (the step's train batch; None when unknown), seen
+        after the batch was decided (e.g. the datums a local Tinker backend receives), before it trains."""
 
     def on_step_end(self, final: bool, report: Reporter) -> None:
         """After each optimizer step, before the trainer logs it; ``final``: the last step of the run."""

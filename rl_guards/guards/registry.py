@@ -1,15 +1,22 @@
-"""The guards :func:`rl_guards.install` builds, in the order they run.
+"""The guards each driver builds, in the order they run.
 
 Start-of-training checks come first (preflight, template, reward sanity), then the tensor check (masking),
 then the batch guards; the rollout recorder runs last so its dump carries what the others saw.
-The contract tests run over every entry.
+The contract tests run over every entry of both lists.
+
+``BATCH_GUARDS``: :func:`rl_guards.install` (TRL). ``TINKER_GUARDS``: :mod:`rl_guards.tinker` (tinker-cookbook
+loops): the masking concept checks the datums the loop trains on, prompts render through the run's renderer, and
+what needs TRL's own calling code (preflight of a GRPOConfig, reward-function wrappers, probes, drift generation)
+is not in it.
 """
 
 from __future__ import annotations
 
 from rl_guards.guards.base import Guard
+from rl_guards.guards.datum_masks import DatumMaskGuard
 from rl_guards.guards.dead_groups import DeadGroupGuard
 from rl_guards.guards.drift import DriftGuard
+from rl_guards.guards.group_integrity import GroupIntegrityGuard
 from rl_guards.guards.masks import GRPOMaskGuard
 from rl_guards.guards.preflight import PreflightGuard
 from rl_guards.guards.probes import RewardProbeGuard
@@ -37,5 +44,16 @@ BATCH_GUARDS: list[type[Guard]] = [
     RewardProbeGuard,
     ThinkTagsGuard,
     DriftGuard,
+    RolloutRecorder,
+]
+
+TINKER_GUARDS: list[type[Guard]] = [
+    DoubleThinkGuard,
+    DatumMaskGuard,
+    TaskRewardMonitor,
+    GroupIntegrityGuard,
+    DeadGroupGuard,
+    TruncationGuard,
+    ThinkTagsGuard,
     RolloutRecorder,
 ]

@@ -36,6 +36,10 @@ class DoubleThinkGuard(Guard):
                                       template drops the thinking switch the model's own template has, or the
                                       dataset's per-row thinking column is not honoured (one global mode)
     ``render_failed``                 dataset prompts do not render
+    ``renderer_mismatch``             (a run whose renderer builds prompts: tinker-cookbook) the renderer's
+                                      generation prompt treats the think block unlike the tokenizer's template
+    ``renderer_parse``                the renderer's ``parse_response`` leaves think tags in the answer text, or
+                                      drops or doubles the reasoning, on a well-formed response in its mode
     ================================  ============================================================================
 
     Info only: ``flag_no_effect`` (template has no switch), ``row_prefill`` (rows open a block the template does not).
@@ -67,6 +71,8 @@ class DoubleThinkGuard(Guard):
         return ThinkMarkup(open_tag=tags.open_tag, close_tag=tags.close_tag, name="configured")
 
     def _dataset_prompts(self) -> list[Any]:
+        if self.ctx.rendered_prompts is not None:  # already rendered by the run: their ids stand for themselves
+            return list(self.ctx.rendered_prompts[: self.config.num_prompts])
         ds = self.ctx.train_dataset
         if ds is None:
             return []
@@ -85,6 +91,8 @@ class DoubleThinkGuard(Guard):
         from rl_guards.chat.template_check import render_generation_prompts, render_histories
 
         ctx = self.ctx
+        if ctx.rendered_prompts is not None and ctx.decode is not None:
+            return [RenderedPrompt(ctx.decode(ids), None, f"rendered prompt {i}") for i, ids in enumerate(prompts)]
         if ctx.render_prompts is not None and ctx.decode is not None:
             texts = [ctx.decode(ids) for ids in ctx.render_prompts(prompts)]
         else:
@@ -111,7 +119,16 @@ class DoubleThinkGuard(Guard):
         prompts = self._dataset_prompts()
         rows = self._render_rows(prompts) if prompts else []
         _, flags = self._thinking_column()
-        return check_template(
+        mismatch = []
+        if self.ctx.renderer is not None:  # prompts render through the run's renderer: check it against the template
+            from rl_guards.chat.renderer_check import compare_renderer, parse_round_trip
+            from rl_guards.core.think_markup import THINK
+
+            markup = self._markup() or THINK
+            probe, mismatch = compare_renderer(self.ctx.renderer, self.ctx.tokenizer, markup)
+            mismatch += parse_round_trip(self.ctx.renderer, self.ctx.tokenizer, probe, markup)
+            rows = ([probe] if probe is not None else []) + rows
+        report = check_template(
             self.ctx.tokenizer,
             chat_template_kwargs=self.ctx.chat_template_kwargs,
             chat_template=self.ctx.chat_template,
@@ -119,6 +136,8 @@ class DoubleThinkGuard(Guard):
             rendered_rows=rows,
             mixed=self._per_row() and len(set(flags)) > 1,
         )
+        report.findings += mismatch
+        return report
 
     def _column_ignored(self, report: TemplateReport) -> str | None:
         """A message when the dataset asks for a mode per row that the trainer's one global mode contradicts."""

@@ -77,7 +77,8 @@ class TruncationGuard(Guard):
                 window.append((int(item[0]), int(item[1])))
 
     def _message(self, batch: RolloutBatch, over: list[tuple[Any, int, int]]) -> str:
-        cap = f"max_completion_length={batch.max_completion_length}" if batch.max_completion_length else "the cap"
+        setting = self.ctx.length_cap_name
+        cap = f"{setting}={batch.max_completion_length}" if batch.max_completion_length else "the cap"
         lengths = [int(n) for n in batch.completion_lengths]
         done = sorted(n for n, t in zip(lengths, batch.truncated, strict=False) if not t)
         finished = (
@@ -98,6 +99,12 @@ class TruncationGuard(Guard):
                 text = batch.completions[row]
                 tail = visible_tail(text, width=TAIL_CHARS) if isinstance(text, str) else "(text on another rank)"
                 lines.append(f"    row {row} ({batch.completion_lengths[row]} tokens) ends {tail}")
+        if setting != "max_completion_length":  # another framework's cap (the cookbook's Config.max_tokens)
+            lines.append(
+                f"Fix: raise {setting} (a completion cut at the cap never reaches its stop sequence: a ProblemEnv "
+                "scores it format 0 and parses an unfinished answer), or shorten the task's expected answers."
+            )
+            return "\n".join(lines)
         lines.append(
             "Fix: raise max_completion_length (measure first: `rl-guards probe-lengths --model DIR --dataset DATA "
             "--output probe.json`, then `rl-guards preflight grpo.yaml --length_probe probe.json`), or set "

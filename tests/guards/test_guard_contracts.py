@@ -11,9 +11,10 @@ import pytest
 from rl_guards.config import GuardConfig, GuardsConfig
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.guards.base import Guard, GuardSession, RunContext, run_hook
-from rl_guards.guards.registry import BATCH_GUARDS
+from rl_guards.guards.registry import BATCH_GUARDS, TINKER_GUARDS
 
-GUARDS = sorted(BATCH_GUARDS, key=lambda cls: cls.name)
+# every guard of every driver's list (two guards may share a concept's name across drivers: "masking")
+GUARDS = sorted(set(BATCH_GUARDS) | set(TINKER_GUARDS), key=lambda cls: (cls.name, cls.__name__))
 
 
 def _batch(step: int = 0) -> RolloutBatch:
@@ -36,16 +37,17 @@ def _batch(step: int = 0) -> RolloutBatch:
     )
 
 
-def test_registry_names_are_unique_and_match_config_sections() -> None:
-    names = [cls.name for cls in BATCH_GUARDS]
+@pytest.mark.parametrize("registry", [BATCH_GUARDS, TINKER_GUARDS], ids=["trl", "tinker"])
+def test_registry_names_are_unique_and_match_config_sections(registry: list[type[Guard]]) -> None:
+    names = [cls.name for cls in registry]
     assert len(names) == len(set(names))
     sections = {f.name for f in dataclasses.fields(GuardsConfig)}
-    for cls in BATCH_GUARDS:
+    for cls in registry:
         assert cls.name, cls
         assert cls.config_field in sections, f"{cls.__name__}.config_field={cls.config_field!r} not in GuardsConfig"
 
 
-@pytest.mark.parametrize("cls", GUARDS, ids=lambda c: c.name)
+@pytest.mark.parametrize("cls", GUARDS, ids=lambda c: c.__name__)
 def test_guard_is_documented_and_configurable(cls: type[Guard]) -> None:
     assert issubclass(cls, Guard)
     assert cls.__doc__ and len(cls.__doc__.strip()) > 20, f"{cls.__name__} needs a docstring"
@@ -57,7 +59,7 @@ def test_guard_is_documented_and_configurable(cls: type[Guard]) -> None:
     assert cls(disabled).enabled is False
 
 
-@pytest.mark.parametrize("cls", GUARDS, ids=lambda c: c.name)
+@pytest.mark.parametrize("cls", GUARDS, ids=lambda c: c.__name__)
 def test_guard_metrics_are_namespaced_and_state_round_trips(cls: type[Guard], tmp_path: Path) -> None:
     config = GuardsConfig.from_dict({cls.config_field: {"mode": "log"}})
     guard = cls(config)
@@ -93,7 +95,7 @@ def test_the_base_class_declares_every_hook() -> None:
     assert public - NOT_HOOKS == set(Guard.HOOKS)
 
 
-@pytest.mark.parametrize("cls", GUARDS, ids=lambda c: c.name)
+@pytest.mark.parametrize("cls", GUARDS, ids=lambda c: c.__name__)
 def test_every_public_method_is_a_declared_hook(cls: type[Guard]) -> None:
     """The driver calls hooks only (no hasattr discovery): a guard's other methods are its own (private)."""
     import inspect
