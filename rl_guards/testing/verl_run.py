@@ -102,13 +102,15 @@ def compose_config(
 ) -> Any:
     """verl's ``ppo_trainer`` config, composed by Hydra as ``python -m verl.trainer.main_ppo`` composes it, for the
     tiny model on CPU with rl_guards' manager, sampler and checkpoint callback. ``scorer``: ``path.py:fn`` for
-    ``reward.custom_reward_function`` (default: :func:`tiny_compute_score`, loaded from this file)."""
+    ``reward.custom_reward_function`` (default: :func:`tiny_compute_score`, loaded from this file); ``"verl"``: none,
+    verl's ``default_compute_score`` scores."""
     import verl
     from hydra import compose, initialize_config_dir
 
     out = Path(out_dir)
     data = write_parquet(out / "data" / "train.parquet", rows if rows is not None else verl_rows())
-    path, name = (scorer or f"{__file__}:tiny_compute_score").rsplit(":", 1)
+    scorer = scorer or f"{__file__}:tiny_compute_score"
+    path, name = scorer.rsplit(":", 1) if scorer != "verl" else ("null", "null")
     config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
     base = [
         f"actor_rollout_ref.model.path={model_dir}",
