@@ -42,15 +42,25 @@ GUARDED_OVERRIDES = (
 
 
 def tiny_compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None, **kw: Any):
-    """A verl ``compute_score`` for the tiny tasks (the last number / the echoed word after any think block); other
-    data sources go to verl's ``default_compute_score``, as users' scorers usually do."""
+    """A verl ``compute_score`` for the tiny tasks, on the answer after any think block: 1 for the right answer, and
+    partial credit for a near miss (a number closer to the sum, a word closer to the one to repeat), so that the
+    tiny model's groups mostly have a reward spread; other data sources go to verl's ``default_compute_score``, as
+    users' scorers usually do."""
+    import difflib
+
     answer = solution_str.rsplit("</think>", 1)[-1]
     if data_source == ARITH:
         numbers = re.findall(r"-?\d+", answer)
-        return 1.0 if numbers and numbers[-1] == str(ground_truth) else 0.0
+        if not numbers:
+            return 0.0
+        miss = abs(int(numbers[-1]) - int(ground_truth))
+        return 1.0 if miss == 0 else 0.5 / (1 + miss)
     if data_source == ECHO:
         words = re.findall(r"[A-Za-z]+", answer)
-        return 1.0 if words and words[-1].lower() == str(ground_truth).lower() else 0.0
+        if not words:
+            return 0.0
+        word, truth = words[-1].lower(), str(ground_truth).lower()
+        return 1.0 if word == truth else 0.5 * difflib.SequenceMatcher(None, word, truth).ratio()
     from verl.utils.reward_score import default_compute_score
 
     return default_compute_score(data_source, solution_str, ground_truth, extra_info, **kw)
@@ -179,6 +189,20 @@ class TinyV1Trainer:
             reward_loop_worker_handles=self.reward_loop.reward_loop_worker_handles,
         )
         self.trainer = trainer
+
+    def fresh_guards(self, section: dict[str, Any]) -> Any:
+        """A new sampler (verl's ``_build_replay_buffer`` again) whose guards read ``reward.rl_guards`` merged with
+        ``section`` (e.g. another ``output_dir`` and guard modes); the reward workers keep the settings they started
+        with. Returns the new guard run."""
+        from omegaconf import OmegaConf, open_dict
+
+        from rl_guards.verl.settings import plain
+
+        with open_dict(self.config):
+            base = plain(self.config.reward.get("rl_guards")) or {}
+            self.config.reward.rl_guards = OmegaConf.merge(base, section)
+        self.trainer.replay_buffer = self.trainer._build_replay_buffer()
+        return self.guard_run
 
     @property
     def guard_run(self) -> Any:
