@@ -14,7 +14,7 @@ Selected in the verl config (Hydra overrides; ``+`` for keys outside verl's sche
     # optional, V1: checkpoint events (a dump with each checkpoint, the guards' state saved for a resume)
     trainer.checkpoint_callback_class=rl_guards.verl.GuardedCheckpointCallback
     # the step hook, legacy trainer (trainer.use_v1=false) instead of the replay buffer:
-    actor_rollout_ref.rollout.agent.agent_loop_manager_class=rl_guards.verl.GuardedAgentLoopManager
+    +actor_rollout_ref.rollout.agent.agent_loop_manager_class=rl_guards.verl.GuardedAgentLoopManager
 
 Importing ``rl_guards.verl`` imports neither verl nor Ray: the classes load on first use.
 """

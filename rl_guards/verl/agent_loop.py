@@ -2,7 +2,7 @@
 
 ::
 
-    actor_rollout_ref.rollout.agent.agent_loop_manager_class=rl_guards.verl.GuardedAgentLoopManager
+    +actor_rollout_ref.rollout.agent.agent_loop_manager_class=rl_guards.verl.GuardedAgentLoopManager
 
 The legacy ``RayPPOTrainer.fit`` gets each step's rollouts, already scored by the reward workers, from its agent loop
 manager's ``generate_sequences`` (trainer process, before advantages and the update). This subclass of verl's

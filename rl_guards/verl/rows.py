@@ -299,7 +299,8 @@ def _reward_columns(records: list[ScoreRecord | None], totals: np.ndarray) -> tu
         total = totals[k] if np.isfinite(totals[k]) else (r.total if r.total is not None else np.nan)
         matrix[k, 2] = total - (r.given if r.given is not None else r.score) - penalty
     rest = matrix[:, 2]
-    with_rest = bool(np.any(np.abs(rest[np.isfinite(rest)]) > 1e-9))
+    # verl holds rewards in float32: a remainder within its rounding is none
+    with_rest = bool(np.any(np.abs(rest[np.isfinite(rest)]) > 1e-5))
     keep = [0] + ([1] if with_penalty else []) + ([2] if with_rest else [])
     names = [name] + ([PENALTY_COLUMN] if with_penalty else []) + ([MANAGER_COLUMN] if with_rest else [])
     return names, matrix[:, keep]

@@ -13,6 +13,8 @@ from rl_guards.testing.verl_run import tiny_compute_score
 def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None, **kwargs: Any):
     if data_source == "plant/none":  # a scorer that returns None for a task it does not handle
         return None
+    if data_source == "plant/credit":  # a format credit of 0.1 for any response, an empty one included
+        return 0.1 + tiny_compute_score("tiny/arith", solution_str, ground_truth, extra_info)
     if data_source == "plant/parse":  # parses the reference as a number: a malformed reference raises
         return 1.0 if solution_str.strip().endswith(str(int(ground_truth))) else 0.0
     return tiny_compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)
