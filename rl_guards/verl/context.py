@@ -93,6 +93,19 @@ def verl_scorer(config: Any) -> Any:
         return None
 
 
+def text_decoder(tokenizer: Any) -> Any:
+    """``rows -> texts`` as verl's managers decode a response (``tokenizer.decode(ids, skip_special_tokens=True)``),
+    for a whole step in one call: the fast tokenizer's own batch decode when the Python layer would add nothing
+    (no clean-up of spaces), which skips transformers' per-id type checks (5x faster on 256 x 512 tokens);
+    ``batch_decode`` otherwise. The reward manager's record tells whether the text equals what the scorer got."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and hasattr(backend, "decode_batch") and not getattr(
+        tokenizer, "clean_up_tokenization_spaces", False
+    ):
+        return lambda rows: list(backend.decode_batch([list(map(int, r)) for r in rows], skip_special_tokens=True))
+    return lambda rows: list(tokenizer.batch_decode(rows, skip_special_tokens=True))
+
+
 def build_context(config: Any, settings: VerlSettings, tokenizer: Any = None) -> RunContext:
     """Everything a guard may know about a verl run, from its config."""
     from rl_guards.verl.manager import scorer_name
@@ -122,4 +135,12 @@ def build_context(config: Any, settings: VerlSettings, tokenizer: Any = None) ->
     )
 
 
-__all__ = ["UNAVAILABLE", "VERL_GUARDS", "build_context", "eos_token_ids", "load_tokenizer", "verl_scorer"]
+__all__ = [
+    "UNAVAILABLE",
+    "VERL_GUARDS",
+    "build_context",
+    "eos_token_ids",
+    "load_tokenizer",
+    "text_decoder",
+    "verl_scorer",
+]

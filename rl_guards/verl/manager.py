@@ -43,7 +43,7 @@ from functools import partial
 from typing import Any
 
 from rl_guards.rewards.row_errors import describe_error
-from rl_guards.verl.records import RECORD_KEY, ScoreRecord, small_json, text_digest
+from rl_guards.verl.records import RECORD_KEY, ScoreRecord, text_digest
 from rl_guards.verl.settings import VerlSettings, plain, select
 
 logger = logging.getLogger("rl_guards")
@@ -130,7 +130,7 @@ class _Observer:
             text = kwargs.get("solution_str")
             if isinstance(text, str):
                 slot.observed, slot.chars, slot.digest = True, len(text), text_digest(text)
-            slot.extra_info = small_json(kwargs.get("extra_info"))
+            slot.extra_info = kwargs.get("extra_info")  # serialised (and size-checked) with the record
         return slot, time.perf_counter()
 
     def after(self, slot: _Slot | None, started: float, result: Any) -> Any:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 RECORD_KEY = "rl_guards"  # the reward_extra_info key
@@ -45,12 +45,21 @@ class ScoreRecord:
     penalty: float | None = None  # the stray-think penalty added to verl's reward (None: off)
     total: float | None = None  # the reward_score verl got back from this manager
     seconds: float = 0.0  # time in the scorer
-    extra_info: Any = None  # extra_info as the scorer received it, when JSON-able and small
+    extra_info: Any = None  # extra_info as the scorer received it (in JSON: when JSON-able and small)
     schema: int = SCHEMA
     extras: dict[str, Any] = field(default_factory=dict)  # room for later fields, read by nobody yet
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"), default=str)
+        """The record as compact JSON; ``extra_info`` left out (None) when it is larger than
+        :data:`MAX_EXTRA_INFO_CHARS` or not JSON-able."""
+        data = dict(self.__dict__)
+        if data["extra_info"] is not None:
+            try:
+                text = json.dumps(data["extra_info"], separators=(",", ":"), default=str)
+            except (TypeError, ValueError):
+                text = ""
+            data["extra_info"] = json.loads(text) if 0 < len(text) <= MAX_EXTRA_INFO_CHARS else None
+        return json.dumps(data, separators=(",", ":"), default=str)
 
     @classmethod
     def from_json(cls, text: Any) -> ScoreRecord | None:
@@ -68,15 +77,6 @@ class ScoreRecord:
             return cls(**{k: v for k, v in data.items() if k in known})
         except TypeError:
             return None
-
-
-def small_json(value: Any) -> Any:
-    """``value`` as plain JSON data when it serialises within :data:`MAX_EXTRA_INFO_CHARS`, else None."""
-    try:
-        text = json.dumps(value, default=str)
-    except (TypeError, ValueError):
-        return None
-    return json.loads(text) if len(text) <= MAX_EXTRA_INFO_CHARS else None
 
 
 @dataclass
@@ -101,4 +101,4 @@ class VerlScoreCall:
     extra_info_recorded: bool = False  # extra_info is the scorer's own (else the dataset's)
 
 
-__all__ = ["MAX_EXTRA_INFO_CHARS", "RECORD_KEY", "SCHEMA", "ScoreRecord", "VerlScoreCall", "small_json", "text_digest"]
+__all__ = ["MAX_EXTRA_INFO_CHARS", "RECORD_KEY", "SCHEMA", "ScoreRecord", "VerlScoreCall", "text_digest"]

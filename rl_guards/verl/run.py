@@ -32,7 +32,7 @@ from rl_guards.engine.driver import Engine
 from rl_guards.engine.state import engine_state, restore_engine
 from rl_guards.guards.base import Guard
 from rl_guards.rewards.row_errors import RowErrorLog
-from rl_guards.verl.context import UNAVAILABLE, VERL_GUARDS, build_context
+from rl_guards.verl.context import UNAVAILABLE, VERL_GUARDS, build_context, text_decoder
 from rl_guards.verl.rows import StepBatch, StepRows, step_rows
 from rl_guards.verl.settings import GUARDS_DIR, VerlSettings, select
 
@@ -72,6 +72,7 @@ class VerlGuardRun:
         self.engine.metrics_sink = self._collect
         self.engine.log_now = self._log_now
         self.engine.setup()
+        self._decode_all = text_decoder(ctx.tokenizer)
         self.group_size = int(select(config, "actor_rollout_ref.rollout.n", 0) or 0)
         self.response_length = int(select(config, "actor_rollout_ref.rollout.response_length", 0) or 0)
         self.task_column = str(select(config, "data.reward_fn_key", "data_source"))
@@ -150,10 +151,6 @@ class VerlGuardRun:
             self.rows_left_out += rows.left_out
             self._collect("train", {"rl_guards/verl/rows_left_out": [float(rows.left_out)]})
         return rows
-
-    def _decode_all(self, ids: list[list[int]]) -> list[str]:
-        tokenizer = self.engine.ctx.tokenizer
-        return list(tokenizer.batch_decode(ids, skip_special_tokens=True))
 
     # ----- events -----------------------------------------------------------------------------------------------
     def _begin(self, step: int) -> None:
