@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("verl")
+pytest.importorskip("verl.protocol")  # "verl" alone would find this folder (tests/ is on sys.path)
 
-from conftest import SCORER
+from _verl_rows import SCORER
 
 from rl_guards.errors import MaskingError, RewardFunctionError
 from rl_guards.testing.verl_run import ARITH, ECHO, compose_config, verl_row, write_parquet

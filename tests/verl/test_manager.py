@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("verl")
+pytest.importorskip("verl.protocol")  # "verl" alone would find this folder (tests/ is on sys.path)
 
-from conftest import SCORER, sample_row
+from _verl_rows import SCORER, sample_row
 
 from rl_guards.testing.verl_server import TinyRolloutServer
 from rl_guards.verl.records import RECORD_KEY, ScoreRecord, text_digest

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("verl")
+pytest.importorskip("verl.protocol")  # "verl" alone would find this folder (tests/ is on sys.path)
 
 from rl_guards.errors import MaskingError
 from rl_guards.verl.records import RECORD_KEY, ScoreRecord, VerlScoreCall, text_digest

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("verl")
+pytest.importorskip("verl.protocol")  # "verl" alone would find this folder (tests/ is on sys.path)
 pytest.importorskip("transfer_queue")
 
-from conftest import SCORER
+from _verl_rows import SCORER
 
 from rl_guards.errors import RewardFunctionError, RoutingError
 from rl_guards.testing.verl_run import ARITH, ECHO, TinyV1Trainer, compose_config, verl_row
