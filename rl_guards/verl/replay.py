@@ -114,6 +114,7 @@ class GuardedReplayBuffer:
             return batch, metrics
         try:
             rows = self._rows(batch, global_steps)
+            rows.expected_groups = int(batch_size)  # groups whose sessions all failed have no rows at all
             guard_metrics = self.run.process(rows)
         except GuardError:
             raise
@@ -127,24 +128,14 @@ class GuardedReplayBuffer:
     def _rows(self, batch: Any, step: int) -> Any:
         import transfer_queue as tq
 
-        available = self._fields(batch)
-        fields = tq.kv_batch_get(keys=list(batch.keys), partition_id=batch.partition_id, select_fields=available)
-        return from_fields({name: fields[name] for name in available}, step=step, pad_token_id=self.pad_token_id)
-
-    def _fields(self, batch: Any) -> list[str]:
-        """The fields to read: those the rows hold, from TransferQueue's own listing when it has one."""
-        wanted = [*FIELDS]
-        column = self.run.task_column
-        if column not in wanted:
-            wanted.append(column)
+        wanted = [*FIELDS, *([self.run.task_column] if self.run.task_column not in FIELDS else [])]
+        keys = list(batch.keys)
         try:
-            import transfer_queue as tq
-
-            meta = tq.kv_batch_meta(keys=list(batch.keys), partition_id=batch.partition_id)  # type: ignore[attr-defined]
-            held = set(getattr(meta, "field_names", None) or [])
-        except Exception:
-            held = set()
-        return [f for f in wanted if not held or f in held]
+            fields = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=wanted)
+        except Exception:  # a field these rows do not hold (a dataset without extra_info): read all, take what is there
+            fields = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id)
+        held = set(fields.keys())
+        return from_fields({f: fields[f] for f in wanted if f in held}, step=step, pad_token_id=self.pad_token_id)
 
 
 __all__ = ["FIELDS", "GuardedReplayBuffer", "root_config"]

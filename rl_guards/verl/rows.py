@@ -50,6 +50,7 @@ class StepBatch:
     rm_scores: Any | None  # [B, R] each row's reward where verl placed it (None: not scored yet)
     columns: dict[str, list[Any]] = field(default_factory=dict)  # uid, data_source, reward_model, the records, ...
     mode: str = "train"
+    expected_groups: int | None = None  # prompt groups the trainer sampled (V1: its batch size), when it says
 
     def __len__(self) -> int:
         return int(self.responses.shape[0])

@@ -147,10 +147,35 @@ class VerlGuardRun:
                 batch.step,
             )  # fmt: skip
             return None
+        groups = len(set(batch.columns.get("uid") or []))
+        missing = max(0, (batch.expected_groups or 0) - groups)
+        if missing:
+            self._say_once(
+                "failed_groups",
+                f"step {batch.step}: {missing} of the {batch.expected_groups} prompt groups verl sampled have no rows: "
+                "every rollout session of those prompts failed, and verl's V1 trainer logs the exception ('Error in "
+                "_run_prompt') and trains on the other groups. Causes: a reward worker's exception (with "
+                "reward_errors off), an empty response (verl 0.9.1 cannot store one: rm_scores[-1] of no token), an "
+                "agent loop error. Counted in rl_guards/hook/failed_groups.",
+                batch.step,
+            )
+            self._collect("train", {"rl_guards/hook/failed_groups": [float(missing)]})
         if rows.left_out:
+            self._say_once(
+                "incomplete_groups",
+                f"step {batch.step}: {rows.left_out} row(s) of groups with other than rollout.n={self.group_size} rows "
+                "were left out of the guards (counted in rl_guards/hook/rows_left_out): on verl's V1 trainer a rollout "
+                "session that fails leaves its group short (see failed_groups), and verl trains on the rest.",
+                batch.step,
+            )
             self.rows_left_out += rows.left_out
-            self._collect("train", {"rl_guards/verl/rows_left_out": [float(rows.left_out)]})
+            self._collect("train", {"rl_guards/hook/rows_left_out": [float(rows.left_out)]})
         return rows
+
+    def _say_once(self, kind: str, message: str, step: int) -> None:
+        """A finding of the driver's own (rows it could not give the guards), recorded and warned once."""
+        if ("hook", kind) not in self.engine.session.counts:
+            self.engine.record_warning("hook", kind, message, step)
 
     # ----- events -----------------------------------------------------------------------------------------------
     def _begin(self, step: int) -> None:

@@ -216,3 +216,22 @@ def test_findings_go_to_the_run_folder_in_the_trl_runs_format(run_for: Any, tiny
     assert path == folder / "rl_guards" / "findings.jsonl"
     log = load_findings(path)
     assert [(f["guard"], f["kind"]) for f in log.findings] == [("routing", "unscored_rows")]
+
+
+def test_the_sampler_without_the_verl_config_samples_as_verls_own_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    pytest.importorskip("transfer_queue")
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+    from rl_guards.verl.replay import GuardedReplayBuffer
+
+    with caplog.at_level("WARNING", logger="rl_guards"):
+        buffer = GuardedReplayBuffer(
+            trainer_mode="sync",
+            trainer_config={},
+            max_off_policy_threshold=None,
+            max_off_policy_strategy="drop",
+            sampler_kwargs={},  # a plain dict: no parent to reach the verl config through
+        )
+    assert buffer.run is None and isinstance(buffer.inner, ReplayBuffer)
+    assert buffer.max_off_policy_strategy == "drop"  # verl's attributes through the wrapper
+    assert "without the guards" in caplog.text
