@@ -102,7 +102,7 @@ def text_decoder(tokenizer: Any) -> Any:
     if backend is not None and hasattr(backend, "decode_batch") and not getattr(
         tokenizer, "clean_up_tokenization_spaces", False
     ):
-        return lambda rows: list(backend.decode_batch([list(map(int, r)) for r in rows], skip_special_tokens=True))
+        return lambda rows: list(backend.decode_batch(rows, skip_special_tokens=True))  # lists of ints (tolist())
     return lambda rows: list(tokenizer.batch_decode(rows, skip_special_tokens=True))
 
 
