@@ -235,3 +235,21 @@ def test_the_sampler_without_the_verl_config_samples_as_verls_own_and_says_so(ca
     assert buffer.run is None and isinstance(buffer.inner, ReplayBuffer)
     assert buffer.max_off_policy_strategy == "drop"  # verl's attributes through the wrapper
     assert "without the guards" in caplog.text
+
+
+def test_verl_builds_the_guarded_sampler_from_its_config_with_dapo_filtering_kept(verl_config: Any) -> None:
+    """verl's own ``_build_replay_buffer`` loads the custom sampler from the config; verl gives a custom sampler no
+    group filtering, the guarded one reads it from the config as verl would have passed it to its own buffer."""
+    pytest.importorskip("transfer_queue")
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    from rl_guards.verl.replay import GuardedReplayBuffer
+
+    config = verl_config("algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc")
+    trainer = PPOTrainerSync.__new__(PPOTrainerSync)  # its __init__ starts GPU workers: the fields the method reads
+    trainer.config, trainer.trainer_mode = config, "sync"
+    buffer = trainer._build_replay_buffer()
+    assert isinstance(buffer, GuardedReplayBuffer) and isinstance(buffer.inner, ReplayBuffer)
+    assert buffer.filter_groups_metric == "acc" and buffer.gen_batch_size == 1
+    assert buffer.run is not None and buffer.run.group_size == 4
