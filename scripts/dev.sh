@@ -2,7 +2,9 @@
 # Set up the project on a fresh machine and run the main job or the tests.
 #   bash scripts/dev.sh example   # venv + install + real GRPO run with all guards (tiny offline model)
 #   bash scripts/dev.sh test      # venv + install + the whole test suite (slow tests included), on the newest
-#                                 # supported TRL (.venv) and again on the oldest (.venv-trl-oldest: TRL 1.13)
+#                                 # supported TRL (.venv) and again on the oldest (.venv-trl-oldest: TRL 1.13),
+#                                 # then tests/verl on verl's stack (.venv-verl: verl 0.9.1 and its pins)
+#   bash scripts/dev.sh test-verl # only the verl stack: .venv-verl + tests/verl
 #   bash scripts/dev.sh setup     # venv + install only
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +44,27 @@ setup_oldest() {
   frameworks "$OLDEST_VENV"
 }
 
+VERL_VENV=${VERL_VENV:-.venv-verl}
+# verl 0.9.1 pins transformers < 5.11 and pulls Ray; TransferQueue, cachetools, fastapi and uvicorn are what its
+# V1 trainer and agent-loop modules import. trl 1.16 accepts that transformers.
+VERL_PINS=("verl==0.9.1" "transformers==5.10.4" "trl==1.16.0" "TransferQueue==0.1.11" "cachetools" "fastapi" "uvicorn")
+
+setup_verl() {
+  if [ ! -x "$VERL_VENV/bin/python" ]; then
+    "$PY" -m venv "$VERL_VENV"
+  fi
+  "$VERL_VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+  "$VERL_VENV/bin/python" -m pip install -q "torch==2.13.0"
+  "$VERL_VENV/bin/python" -m pip install -q -e ".[dev,verl]" "torch==2.13.0" "${VERL_PINS[@]}"
+}
+
+test_verl() {
+  setup_verl
+  "$VERL_VENV/bin/python" -c "import verl, ray, transformers, torch; print(f'== tests/verl on verl {verl.__version__}, ray {ray.__version__}, transformers {transformers.__version__}, torch {torch.__version__}')"
+  # one local Ray per test module (2 CPUs); only the verl driver's tests: the other stacks cover the rest
+  RAY_USAGE_STATS_ENABLED=0 "$VERL_VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=5 tests/verl
+}
+
 stack() {
   "$1/bin/python" -c "import trl, transformers, torch; print(f'== suite on trl {trl.__version__}, transformers {transformers.__version__}, torch {torch.__version__}')"
 }
@@ -76,8 +99,12 @@ case "${1:-}" in
     stack "$OLDEST_VENV"
     oldest=0
     "$OLDEST_VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=5 || oldest=$?
-    echo "== newest stack: exit $newest; oldest stack: exit $oldest"
-    [ "$newest" = 0 ] && [ "$oldest" = 0 ] ;;
+    verl=0
+    test_verl || verl=$?
+    echo "== newest stack: exit $newest; oldest stack: exit $oldest; verl stack: exit $verl"
+    [ "$newest" = 0 ] && [ "$oldest" = 0 ] && [ "$verl" = 0 ] ;;
+  test-verl)
+    test_verl ;;
   *)
-    echo "usage: bash scripts/dev.sh {setup|example|test}" >&2; exit 2 ;;
+    echo "usage: bash scripts/dev.sh {setup|example|test|test-verl}" >&2; exit 2 ;;
 esac

@@ -28,6 +28,7 @@ FLOORS: dict[str, int] = {
     "engine": 6,  # the trainer-free driver
     "trl": 7,  # the TRL adapter
     "tinker": 7,  # the tinker-cookbook driver, and its local Tinker-API backend (which imports no guard floor)
+    "verl": 7,  # the verl driver: a reward manager and a step hook
     "audit": 7,  # the offline reward audit (another driver)
     "sweeps": 7,  # learning-rate sweeps over a trainer factory (another driver)
     "cli": 8,

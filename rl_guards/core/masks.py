@@ -24,6 +24,7 @@ TOOL_MASK = "tool_mask"  # tool_mask does not line up with the tool results
 PROMPT_LEAK = "prompt_leak"  # completion_ids start with prompt tokens the model cannot have generated
 PROMPT_OVERLAP = "prompt_overlap"  # every row starts with the same prompt tokens: a slice bug, or the model (warned)
 PROMPT_MASK = "prompt_mask"  # prompt_mask is not a left-padded block matching prompt_ids != pad
+REWARD_POSITION = "reward_position"  # a per-token reward on a position that carries no loss (verl's rm_scores)
 
 # Reporting order: what corrupts gradients most directly first.
 GRPO_KINDS: tuple[str, ...] = (
@@ -36,9 +37,20 @@ GRPO_KINDS: tuple[str, ...] = (
     PROMPT_LEAK,
     PROMPT_MASK,
     PROMPT_OVERLAP,
+    REWARD_POSITION,  # last: the row bits of the older rules keep their places
 )
 COMPLETION_KINDS = frozenset(
-    {MASK_VALUES, POST_EOS, PADDING, TRUNCATED_UNMASKED, MISSING_LOSS, TOOL_MASK, PROMPT_LEAK, PROMPT_OVERLAP}
+    {
+        MASK_VALUES,
+        POST_EOS,
+        PADDING,
+        TRUNCATED_UNMASKED,
+        MISSING_LOSS,
+        TOOL_MASK,
+        PROMPT_LEAK,
+        PROMPT_OVERLAP,
+        REWARD_POSITION,
+    }
 )
 # Kinds the model's own choice of tokens can produce: evidence for a warning, never a stop.
 SUSPECTED_KINDS = frozenset({PROMPT_OVERLAP})
@@ -206,6 +218,7 @@ def check_completion_row(
     tool_mask: Sequence[int] | None = None,
     tool_head_ids: Sequence[int] = (),
     tool_tail_ids: Sequence[int] = (),
+    token_rewards: Sequence[float] | None = None,
 ) -> RowCheck:
     """The completion rules on one row; the loss weight is ``completion_mask * tool_mask`` as in TRL's loss.
 
@@ -213,11 +226,17 @@ def check_completion_row(
       a row without EOS; ``truncated_unmasked``: with ``mask_truncated`` a row without EOS carries none;
       ``missing_loss``: otherwise every generated token up to the EOS does (tool results aside);
       ``tool_mask``: each tool-result span starts right after the model's EOS and, when known, starts with
-      ``tool_head_ids`` and ends with ``tool_tail_ids``.
+      ``tool_head_ids`` and ends with ``tool_tail_ids``;
+    - ``reward_position``: with ``token_rewards`` (a framework that places each row's reward on a token, as verl's
+      ``rm_scores`` does), no reward sits on a position without loss. verl writes an empty response's reward on the
+      last padding column, and GRPO sums the row unmasked: the reward enters its group's statistics while no token
+      of the row can learn from it.
     """
     n = len(ids)
     if len(completion_mask) != n or (tool_mask is not None and len(tool_mask) != n):
         raise ValueError("completion_ids, completion_mask and tool_mask must have the same length")
+    if token_rewards is not None and len(token_rewards) != n:
+        raise ValueError("token_rewards must have one value per completion position")
     tm = list(tool_mask) if tool_mask is not None else [1] * n
     loss = [c * t for c, t in zip(completion_mask, tm, strict=True)]
     has_eos, end = completion_end(
@@ -250,6 +269,9 @@ def check_completion_row(
                 lo = j + 1 - len(tool_tail_ids)
                 if lo < 0 or list(ids[lo : j + 1]) != list(tool_tail_ids):
                     out.add(TOOL_MASK, j)
+    for j, reward in enumerate(token_rewards or ()):
+        if reward != 0 and loss[j] == 0:
+            out.add(REWARD_POSITION, j)
     return out
 
 

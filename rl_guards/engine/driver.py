@@ -89,6 +89,7 @@ class Engine:
         task_counts: dict[str, int] | None = None,
         single_task: bool = False,
         framework_twins: frozenset[str] = frozenset(),
+        findings_folder: Callable[[], Path] | None = None,
     ) -> None:
         self.config = config
         self.guards = [g for g in guards if g.enabled]
@@ -112,8 +113,10 @@ class Engine:
         counts = task_counts or {}
         self.task_labels.seed(counts)
         self.assembly.task_registry.update({task_hash(name): name for name in counts})
-        # findings on disk next to the dumps as they happen (main process; the file only once something is found)
-        self.findings_file = FindingsFile(self.session, self.rollouts_folder) if self.ranks.is_main_process else None
+        # findings on disk as they happen, next to the dumps unless the driver names a folder (main process; the
+        # file only once something is found)
+        folder = findings_folder or self.rollouts_folder
+        self.findings_file = FindingsFile(self.session, folder) if self.ranks.is_main_process else None
         if self.findings_file is not None:
             self.agreement.on_stop.append(self.findings_file.stop)
         self._tensor_guards = [g for g in self.guards if overrides(g, "check_tensors")]

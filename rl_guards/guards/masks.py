@@ -81,6 +81,13 @@ RULES: dict[str, tuple[str, str]] = {
         "prompt_mask must be 0 on the left padding and 1 on every prompt token (attention over padding, or a "
         "hidden prompt token, changes the log-probs the loss is computed from).",
     ),
+    M.REWARD_POSITION: (
+        "carry their reward on a position without loss (padding, a tool result, a masked token): the reward still "
+        "enters the group's statistics (GRPO sums the row's token rewards unmasked) while no token of the row can "
+        "learn from it; verl 0.9 writes an empty response's reward on its last padding column",
+        "place each row's reward on its last trained token and give a response without tokens no reward (or drop "
+        "the row); in a verl reward manager, return the score only for rows whose valid response length is > 0.",
+    ),
 }
 
 

@@ -55,7 +55,8 @@ class RowErrorLog:
         return errors, whole
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
+    """``Type: message (at file:line)``: an exception's last line and where it was raised."""
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno})" if frames else ""
     return f"{type(exc).__name__}: {exc}{where}"
@@ -116,15 +117,16 @@ class CatchRowErrors:
                 scores.append(_first(value))
             except Exception as row_exc:
                 scores.append(None)
-                errors.append(RowError(i, _describe(row_exc)))
+                errors.append(RowError(i, describe_error(row_exc)))
         self._record(errors, n, exc)
         return scores
 
     def _record(self, errors: list[RowError], n: int, exc: BaseException) -> None:
         if n and len(errors) == n:
-            self.log.failed_whole[self.index] = _describe(exc)
+            self.log.failed_whole[self.index] = describe_error(exc)
         else:
-            self.log.errors[self.index] = errors or [RowError(-1, _describe(exc) + " (no single row raises alone)")]
+            alone = RowError(-1, describe_error(exc) + " (no single row raises alone)")
+            self.log.errors[self.index] = errors or [alone]
 
 
 def _first(value: Any) -> float | None:
@@ -152,7 +154,7 @@ class _AsyncCatchRowErrors(CatchRowErrors):
                     scores.append(_first(await self.__wrapped__(**_row_kwargs(kwargs, n, i))))
                 except Exception as row_exc:
                     scores.append(None)
-                    errors.append(RowError(i, _describe(row_exc)))
+                    errors.append(RowError(i, describe_error(row_exc)))
             self._record(errors, n, exc)
             return scores
 
@@ -163,4 +165,4 @@ def catch_row_errors(fn: Any, index: int, log: RowErrorLog) -> CatchRowErrors:
     return (_AsyncCatchRowErrors if is_async else CatchRowErrors)(fn, index, log)
 
 
-__all__ = ["CatchRowErrors", "RowError", "RowErrorLog", "catch_row_errors"]
+__all__ = ["CatchRowErrors", "RowError", "RowErrorLog", "catch_row_errors", "describe_error"]

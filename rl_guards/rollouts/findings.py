@@ -56,9 +56,10 @@ class FindingsLog:
 
 
 def find_findings_file(run_dir: str | os.PathLike[str]) -> Path | None:
-    """``findings.jsonl`` of a run: in ``run_dir`` itself, its default rollouts folder, or ``<run_dir>/rollouts``."""
+    """``findings.jsonl`` of a run: in ``run_dir`` itself, its default rollouts folder (TRL runs),
+    ``<run_dir>/rl_guards`` (verl runs, next to that folder) or ``<run_dir>/rollouts``."""
     run = Path(os.path.expandvars(os.path.expanduser(str(run_dir))))
-    for folder in (run, default_rollouts_dir(run), run / "rollouts"):
+    for folder in (run, default_rollouts_dir(run), default_rollouts_dir(run).parent, run / "rollouts"):
         if (folder / FINDINGS_FILE).is_file():
             return folder / FINDINGS_FILE
     return None

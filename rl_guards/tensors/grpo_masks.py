@@ -20,6 +20,8 @@ kind                   rule
                        its whole prompt: a slice a few tokens early, or a collapsing policy; think tags and
                        whitespace alone (``</think>\n\n`` after the empty block) do not count
 ``prompt_mask``        ``prompt_mask`` is a left-padded block equal to ``prompt_ids != pad``
+``reward_position``    with ``token_rewards`` (``[B, C]``, where a framework places each row's reward: verl's
+                       ``rm_scores``), no non-zero reward on a position that carries no loss
 =====================  ====================================================================================
 
 Everything runs vectorised on the batch's device; the verdict costs one transfer of a few integers, plus one
@@ -77,8 +79,9 @@ def _check_shapes(output: Mapping[str, Any]) -> None:
         if not isinstance(output.get(key), torch.Tensor) or output[key].dim() != 2:
             raise ValueError(f"rollout batch: {key} must be a 2-D tensor, got {type(output.get(key)).__name__}")
     pairs = [("prompt_ids", "prompt_mask"), ("completion_ids", "completion_mask")]
-    if output.get("tool_mask") is not None:
-        pairs.append(("completion_ids", "tool_mask"))
+    for optional in ("tool_mask", "token_rewards"):
+        if output.get(optional) is not None:
+            pairs.append(("completion_ids", optional))
     for a, b in pairs:
         if output[a].shape != output[b].shape:
             raise ValueError(f"rollout batch: {b} has shape {tuple(output[b].shape)}, {a} {tuple(output[a].shape)}")
@@ -110,9 +113,11 @@ def grpo_mask_flags(
     pm = _as_int(output["prompt_mask"])
     device = ids.device
     pad = -1 if pad_token_id is None else int(pad_token_id)
+    rewards = output.get("token_rewards")
     if ids.size(1) == 0:  # every completion empty: one padding column keeps the reductions defined
         ids = torch.full((ids.size(0), 1), pad, dtype=ids.dtype, device=device)
         cm, tm = torch.zeros_like(ids), torch.ones_like(ids)
+        rewards = None
     b, c = ids.shape
     eos = torch.tensor(sorted({int(e) for e in eos_token_ids}) or [-1], device=device, dtype=ids.dtype)
     pos = torch.arange(c, device=device).expand(b, c)
@@ -157,6 +162,7 @@ def grpo_mask_flags(
         bad[M.TOOL_MASK] = ((starts & ~(after_model_eos & head_ok)) | (ends & ~tail_ok)) & ~masked_truncated
     else:
         bad[M.TOOL_MASK] = torch.zeros_like(in_content)
+    bad[M.REWARD_POSITION] = (rewards != 0) & (loss == 0) if rewards is not None else torch.zeros_like(in_content)
 
     # Prompt leak: the completion's head repeats the prompt's tail or head (certain, or suspected).
     n_prompt = (pm != 0).sum(dim=1, keepdim=True)
@@ -265,7 +271,11 @@ def grpo_mask_row_kinds(
         M.PROMPT_LEAK: leak,
         M.PROMPT_MASK: prompt_bad,
         M.PROMPT_OVERLAP: overlap,
+        M.REWARD_POSITION: zero,
     }
+    rewards = output.get("token_rewards")
+    if rewards is not None:
+        columns[M.REWARD_POSITION] = ((rewards != 0) & ~positive).any(dim=1, keepdim=True)
     flags = torch.cat([columns[k] for k in M.GRPO_KINDS], dim=1)
     return (flags * _arange(len(M.GRPO_KINDS), device, weights=True)).sum(dim=1)
 

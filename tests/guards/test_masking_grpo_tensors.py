@@ -107,6 +107,23 @@ def _leak_past_eos(out: dict[str, Any]) -> None:
     out["completion_mask"][2, 1:] = 0
 
 
+def _reward_on_padding(out: dict[str, Any]) -> None:
+    # verl's placement: each row's reward on its last response token; row 1 is empty and its reward lands on the
+    # last padding column (index -1), which carries no loss.
+    out["completion_ids"][1, :] = PAD
+    out["completion_mask"][1, :] = 0
+    rewards = torch.zeros(out["completion_ids"].shape)
+    rewards[0, 2], rewards[3, 2], rewards[1, -1] = 1.0, 0.5, 0.5
+    out["token_rewards"] = rewards
+
+
+def _reward_on_last_tokens(out: dict[str, Any]) -> None:
+    # The clean twin: every reward on its row's last trained token (and a zero reward anywhere is no reward).
+    rewards = torch.zeros(out["completion_ids"].shape)
+    rewards[0, 2], rewards[1, 1], rewards[2, 3], rewards[3, 2] = 1.0, -1.0, 0.5, 1.0
+    out["token_rewards"] = rewards
+
+
 def _overlap_every_row(out: dict[str, Any]) -> None:
     # Every row starts with the same two prompt tokens (a shared generation-prompt tail): a slice two tokens early,
     # or the model writing the header again. A warning, never a stop.
@@ -132,6 +149,8 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None] | None, bool, set[str], 
     ("prompt_overlap_every_row", _overlap_every_row, False, {M.PROMPT_OVERLAP}, 1),
     ("prompt_mask_attends_padding", _set("prompt_mask", 0, slice(None), 1), False, {M.PROMPT_MASK}, 0),
     ("prompt_mask_hides_token", _set("prompt_mask", 2, 1, 0), False, {M.PROMPT_MASK}, 2),
+    ("reward_on_padding", _reward_on_padding, False, {M.REWARD_POSITION}, 1),
+    ("rewards_on_last_tokens", _reward_on_last_tokens, False, set(), None),
 ]
 
 
@@ -318,6 +337,9 @@ def random_batch(draw: st.DrawFn) -> tuple[dict[str, Any], bool, bool]:
         )
     if with_tools:
         out["tool_mask"] = torch.tensor([draw(bits) for _ in range(n)])
+    if draw(st.booleans()):  # per-token rewards (verl's rm_scores), now and then on a masked position
+        values = st.lists(st.sampled_from([0.0, 0.0, 0.0, 1.0, -0.5]), min_size=width, max_size=width)
+        out["token_rewards"] = torch.tensor([draw(values) for _ in range(n)])
     return out, draw(st.booleans()), with_tools
 
 
@@ -325,6 +347,7 @@ def reference_kinds(out: dict[str, Any], mask_truncated: bool, head: list[int], 
     ids = out["completion_ids"].tolist()
     cms = out["completion_mask"].tolist()
     tms = out["tool_mask"].tolist() if "tool_mask" in out else [None] * len(ids)
+    trs = out["token_rewards"].tolist() if "token_rewards" in out else [None] * len(ids)
     pids, pms = out["prompt_ids"].tolist(), out["prompt_mask"].tolist()
     kinds = []
     prompts = []
@@ -338,6 +361,7 @@ def reference_kinds(out: dict[str, Any], mask_truncated: bool, head: list[int], 
             tool_mask=tms[i],
             tool_head_ids=head,
             tool_tail_ids=tail,
+            token_rewards=trs[i],
         ).kinds
         if M.check_prompt_row(pids[i], pms[i], pad_token_id=PAD):
             row.add(M.PROMPT_MASK)
