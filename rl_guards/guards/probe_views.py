@@ -3,11 +3,15 @@
 A row's view holds its group's real completions and what each function paid them; its call row holds what the
 framework handed the reward functions for it (the prompt, the dataset columns, the prompt's token ids), from
 ``batch.reward_inputs`` when the driver recorded the call, else from the batch's own columns.
+
+``batch.reward_inputs`` is either TRL's ``(inputs, prompts, completions, ...)`` or, from a driver whose framework
+scores row by row (verl, tinker-cookbook), one record per held row with a ``call_row() -> CallRow`` method.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -34,9 +38,21 @@ def prompt_text(prompt: Any) -> str:
     return ""
 
 
+def recorded_rows(batch: RolloutBatch) -> list[CallRow] | None:
+    """The held rows' call rows from a driver's per-row records (see the module doc), or None."""
+    records = batch.reward_inputs
+    if not records or not all(callable(getattr(r, "call_row", None)) for r in records):
+        return None
+    return [r.call_row() for r in records]
+
+
 def held_inputs(batch: RolloutBatch) -> tuple[list[dict[str, Any]], list[Any], list[Any]]:
     """(inputs, prompts, completions) of the held rows, in held order: what the framework passed the reward
     functions (rebuilt from the batch's columns when the batch was built by hand)."""
+    recorded = recorded_rows(batch)
+    if recorded is not None:
+        inputs = [dict(r.columns) | {"prompt": r.prompt} for r in recorded]
+        return inputs, [r.prompt for r in recorded], [r.original for r in recorded]
     if batch.reward_inputs is not None:
         inputs, prompts, completions, *_ = batch.reward_inputs
         return list(inputs), list(prompts), list(completions)
@@ -67,6 +83,15 @@ def reference_column(columns: Sequence[str], funcs: Sequence[Any], configured: s
 def call_rows(batch: RolloutBatch, rows: Sequence[int], reference: str | None) -> dict[int, CallRow]:
     """Each probed row's call row (global row index -> CallRow)."""
     held = list(batch.held_rows)
+    recorded = recorded_rows(batch)
+    if recorded is not None:  # the driver's own call rows; the reference from the configured column if it has one
+        out = {}
+        for row in rows:
+            call = recorded[held.index(row)]
+            if reference and reference in call.columns:
+                call = replace(call, reference=call.columns[reference])
+            out[row] = call
+        return out
     inputs, prompts, completions = held_inputs(batch)
     out = {}
     for row in rows:

@@ -57,7 +57,8 @@ class CallRow:
     framework passes them; ``reference``: the row's reference answer, raw (verl's ``ground_truth``, OpenRLHF's label,
     verifiers' ``answer``); ``rendered_prompt``: the prompt as the model saw it (templated), where the framework
     hands that over (OpenRLHF's queries begin with it); ``prompt_ids``: its token ids (TRL's response parser);
-    ``original``: a completion the framework passed for this row (its shape: a string or messages).
+    ``original``: a completion the framework passed for this row (its shape: a string or messages); ``handle``: the
+    framework's own object for the row where its reward is a method of it (a tinker-cookbook env).
     """
 
     prompt: Any = ""
@@ -66,6 +67,7 @@ class CallRow:
     rendered_prompt: str | None = None
     prompt_ids: Sequence[int] | None = None
     original: Any = None
+    handle: Any = None
 
 
 class Tracked(list):  # type: ignore[type-arg]
