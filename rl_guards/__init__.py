@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rl_guards.config import GuardsArguments, GuardsConfig
+from rl_guards.console import configure as _configure_console
 from rl_guards.errors import (
     ConfigError,
     DeadGradientError,
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from rl_guards.trl.hook import GuardRun
 
 __version__ = "0.1.0"
+
+_configure_console()  # the rl_guards logger prints on stderr until the application configures logging itself
 
 
 def install(trainer: Any, config: Any = None, **kwargs: Any) -> GuardRun:

@@ -6,7 +6,8 @@ GUARD_STOP_EXIT_CODE = 3  # ``rl-guards grpo`` exit status when a guard stopped 
 
 
 class RLGuardsWarning(UserWarning):
-    """Warnings emitted by guards in ``mode: warn``."""
+    """Kept for code that names it; rl_guards no longer emits Python warnings: every warning is one message on the
+    ``rl_guards`` logger (:mod:`rl_guards.console`)."""
 
 
 class RLGuardsError(Exception):

@@ -16,6 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rl_guards"
 # bottom to top
 FLOORS: dict[str, int] = {
     "errors": 1,  # typed errors and the warning class
+    "console": 1,  # the rl_guards logger and the one table renderer (rich)
     "core": 1,  # pure detectors: no torch, no transformers
     "config": 2,
     "tensors": 3,  # torch only: mask rules on device tensors, collectives
@@ -34,6 +35,7 @@ FLOORS: dict[str, int] = {
     "cli": 8,
     "testing": 8,  # the tiny fixture and helpers for users' tests
     "__init__": 8,  # the package face
+    "__main__": 8,  # python -m rl_guards
 }
 
 

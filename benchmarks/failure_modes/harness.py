@@ -49,7 +49,7 @@ class Hit:
 
     guard: str
     kind: str
-    severity: str  # "error" (raised), "warning", "info"
+    severity: str  # "blocking" (raised), "warning", "info": rl_guards.core.severity
     step: int | None
     message: str
     source: str = "session"  # "session", "preflight" (the preflight report's own severity), "warning"
@@ -71,20 +71,23 @@ class Outcome:
 
     def alarms(self) -> list[Hit]:
         """Findings that would get a user's attention: errors, warnings (not info)."""
-        return [h for h in self.hits if h.severity in ("error", "warning")]
+        return [h for h in self.hits if h.severity in ("blocking", "warning")]
 
     def infos(self) -> list[Hit]:
         return [h for h in self.hits if h.severity == "info"]
 
 
 @contextlib.contextmanager
-def quiet() -> Iterator[list[warnings.WarningMessage]]:
-    """Swallow stdout/stderr, library logs and progress bars; yield the recorded warnings."""
+def quiet() -> Iterator[Any]:
+    """Swallow stdout/stderr, library logs and progress bars; yield what rl_guards says at warning level
+    (:class:`rl_guards.console.Said`, filled as it is said)."""
     import datasets
     import transformers
 
+    from rl_guards.console import capture
+
     datasets.disable_progress_bars()
-    loggers = [logging.getLogger(n) for n in ("rl_guards", "transformers", "trl", "accelerate", "datasets")]
+    loggers = [logging.getLogger(n) for n in ("transformers", "trl", "accelerate", "datasets")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.ERROR)
@@ -92,12 +95,13 @@ def quiet() -> Iterator[list[warnings.WarningMessage]]:
     sink = io.StringIO()
     try:
         with (
-            warnings.catch_warnings(record=True) as caught,
+            warnings.catch_warnings(),
+            capture() as said,
             contextlib.redirect_stdout(sink),
             contextlib.redirect_stderr(sink),
         ):
-            warnings.simplefilter("always")
-            yield caught
+            warnings.simplefilter("ignore")
+            yield said
     finally:
         for lg, level in zip(loggers, levels, strict=True):
             lg.setLevel(level)
@@ -105,7 +109,7 @@ def quiet() -> Iterator[list[warnings.WarningMessage]]:
         datasets.enable_progress_bars()
 
 
-_WARNING_GUARD = re.compile(r"^\[rl_guards/([\w.-]+)\]\s*(.*)", re.S)
+_WARNING_GUARD = re.compile(r"^\[rl_guards/([\w.-]+)\]\s*(?:warning:\s*)?(.*)", re.S)
 # What a warning from a session-less component means, by its prefix (rl_guards/<name>).
 WARNING_KINDS = {"blind_judge": "judge_input_markup"}
 
@@ -119,25 +123,22 @@ def first_metric_step(log_history: list[dict[str, Any]], guard: str) -> int | No
     return None
 
 
-def warning_hits(caught: list[warnings.WarningMessage], session_guards: set[str], step: int | None) -> list[Hit]:
-    """``RLGuardsWarning`` warnings from code that has no session (reward wrappers), one hit per guard."""
-    from rl_guards.guards.base import RLGuardsWarning
-
+def warning_hits(caught: Any, session_guards: set[str], step: int | None) -> list[Hit]:
+    """Warnings rl_guards said (``caught``: :func:`quiet`'s capture) from code that has no session (reward
+    wrappers), one hit per guard."""
     out: dict[str, Hit] = {}
-    for w in caught:
-        if not issubclass(w.category, RLGuardsWarning):
-            continue
-        match = _WARNING_GUARD.match(str(w.message))
+    for message in caught.messages:
+        match = _WARNING_GUARD.match(message)
         guard = match.group(1) if match else "rl_guards"
         if guard in session_guards or guard in out:
             continue
-        out[guard] = Hit(guard, WARNING_KINDS.get(guard, "warning"), "warning", step, str(w.message), source="warning")
+        out[guard] = Hit(guard, WARNING_KINDS.get(guard, "warning"), "warning", step, message, source="warning")
     return list(out.values())
 
 
 def session_hits(session: Any) -> list[Hit]:
     """Every (guard, kind) of a GuardSession: its worst severity, first step and first message."""
-    rank = {"error": 2, "warning": 1, "info": 0}
+    rank = {"blocking": 2, "warning": 1, "info": 0}
     best: dict[tuple[str, str], Hit] = {}
     for f in session.findings:
         key = (f.guard, f.kind)
@@ -277,9 +278,8 @@ def run_grpo(spec: GrpoSpec, workdir: Path) -> Outcome:
         preflight = next((g for g in run.guards if g.name == "preflight"), None)
         report = getattr(preflight, "last_report", None)
         if report is not None:
-            sev = {"blocking": "error", "warning": "warning", "info": "info"}
             outcome.preflight = [
-                Hit("preflight", f.code, sev[f.severity], 0, f.message, source="preflight") for f in report.findings
+                Hit("preflight", f.code, f.severity, 0, f.message, source="preflight") for f in report.findings
             ]
     shutil.rmtree(out_dir, ignore_errors=True)
     return outcome

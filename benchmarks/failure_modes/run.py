@@ -87,7 +87,7 @@ def detection(case: Case, outcome: Outcome) -> tuple[bool, list[Hit]]:
 def false_alarms(outcome: Outcome) -> list[str]:
     """Everything on a clean run that asks for attention: error/warning findings, a guard raise, a crash."""
     out = [f"{h.label()} ({h.severity}) @ {h.step}" for h in outcome.alarms()]
-    if outcome.raised and not any(h.severity == "error" for h in outcome.alarms()):
+    if outcome.raised and not any(h.severity == "blocking" for h in outcome.alarms()):
         out.append(f"raised {outcome.raised}")
     if outcome.crashed:
         out.append(f"crashed {outcome.crashed}")

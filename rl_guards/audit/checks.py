@@ -138,7 +138,7 @@ def _row_findings(
                 kind,
                 f"{verb} on {len(items)} completion(s) in {len(rows)} of {n} rows, e.g. {shown(row, completion)}: "
                 f"{error}",
-                severity="warn" if swallowed else "",
+                severity="warning" if swallowed else "",
                 rows=rows,
             )
         )
@@ -159,7 +159,7 @@ def _row_findings(
                 "returns_none",
                 f"returns None on {len(none_rows)} of {n} rows{' and on degenerate completions' if edge_none else ''}"
                 f", e.g. {example}",
-                severity="block",
+                severity="blocking",
                 rows=[r.index for r in none_rows],
             )
         )

@@ -7,23 +7,24 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from rl_guards.core.severity import INFO, severity_of, worst
 from rl_guards.reward_calls import CallRow, CallStalled, Timer, Tracked, bounded
 
-# kind -> default severity ("block": the run would crash or learn the wrong thing; "warn": a policy can exploit it
-# or it wastes the step; "info": shown, never fails the audit)
+# kind -> default severity on the one scale (rl_guards.core.severity): "blocking": the run would crash or learn the
+# wrong thing; "warning": a policy can exploit it or it wastes the step; "info": shown, never fails the audit
 KINDS: dict[str, str] = {
-    "inverted": "block",
-    "raises": "block",
-    "wrong_type": "block",
-    "nan": "block",
-    "timeout": "block",
-    "returns_none": "warn",
-    "reads_prefix": "warn",
-    "reads_suffix": "warn",
-    "reads_thinking": "warn",
-    "hackable": "warn",
-    "nondeterministic": "warn",
-    "slow": "warn",
+    "inverted": "blocking",
+    "raises": "blocking",
+    "wrong_type": "blocking",
+    "nan": "blocking",
+    "timeout": "blocking",
+    "returns_none": "warning",
+    "reads_prefix": "warning",
+    "reads_suffix": "warning",
+    "reads_thinking": "warning",
+    "hackable": "warning",
+    "nondeterministic": "warning",
+    "slow": "warning",
     "blind": "info",
     "not_checked": "info",
 }
@@ -60,7 +61,7 @@ class Finding:
     rows: list[int] = field(default_factory=list)  # dataset row indices that show it
 
     def __post_init__(self) -> None:
-        self.severity = self.severity or KINDS[self.kind]
+        self.severity = severity_of(self.severity) if self.severity else KINDS[self.kind]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -85,8 +86,7 @@ class FunctionAudit:
 
     @property
     def verdict(self) -> str:
-        severities = {f.severity for f in self.findings}
-        return "block" if "block" in severities else "warn" if "warn" in severities else "ok"
+        return worst(f.severity for f in self.findings if f.severity != INFO)  # ok, warning or blocking
 
     def add(self, finding: Finding) -> None:
         """Add a finding, unless one of its kind is there already."""

@@ -8,8 +8,7 @@ import json
 import textwrap
 
 from rl_guards.audit.runner import FIXES, AuditReport, FunctionAudit
-
-VERDICT_WORDS = {"ok": "ok", "warn": "WARN", "block": "BLOCK"}
+from rl_guards.console import render_table
 
 
 def _speed_text(audit: FunctionAudit) -> str:
@@ -22,20 +21,25 @@ def _speed_text(audit: FunctionAudit) -> str:
     )
 
 
-def render_text(report: AuditReport, width: int = 118) -> str:
-    """The audit as text: one block per function, each finding with its evidence and fix."""
+def render_text(report: AuditReport, width: int = 118, *, styled: bool = False) -> str:
+    """The audit as text: the verdicts table, then one block per function, each finding with its evidence and fix."""
+    audits = [*report.functions, *([report.total] if report.total else [])]
+    verdicts = render_table(
+        ["function", "framework", "verdict", "findings"],
+        [[a.name, a.framework, a.verdict, ", ".join(f.kind for f in a.findings if f.severity != "info") or "-"]
+         for a in audits],
+        width=width,
+        styled=styled,
+        severity_column=2,
+    )  # fmt: skip
     lines = [
         f"rl-guards audit-rewards: {report.rows} rows, completions {report.completions}, reference column "
         f"{report.reference or '(none)'}; {report.seconds:.2f} s",
         "",
-        f"{'function':<28} {'framework':<10} {'verdict':<7} findings",
+        verdicts,
     ]
-    audits = [*report.functions, *([report.total] if report.total else [])]
     for a in audits:
-        kinds = ", ".join(f.kind for f in a.findings if f.severity != "info") or "-"
-        lines.append(f"{a.name[:28]:<28} {a.framework:<10} {VERDICT_WORDS[a.verdict]:<7} {kinds}")
-    for a in audits:
-        lines += ["", f"== {a.name} ({a.framework}, weight {a.weight:g}): {VERDICT_WORDS[a.verdict]}"]
+        lines += ["", f"== {a.name} ({a.framework}, weight {a.weight:g}): {a.verdict}"]
         if a.framework != "-":
             lines.append(f"   {_speed_text(a)}")
         for f in a.findings:
@@ -71,7 +75,7 @@ def render_html(report: AuditReport) -> str:
     sections = ""
     for a in audits:
         rows = "".join(
-            f"<tr><td class='{'bad' if f.severity == 'block' else ''}'>{f.severity}</td><td>{esc(f.kind)}</td>"
+            f"<tr><td class='{'bad' if f.severity == 'blocking' else ''}'>{f.severity}</td><td>{esc(f.kind)}</td>"
             f"<td><pre>{esc(f.message)}</pre></td><td>{esc(FIXES[f.kind])}</td></tr>"
             for f in a.findings
         )

@@ -45,7 +45,7 @@ class AuditReport:
 
     @property
     def exit_code(self) -> int:
-        """0: no warn/block finding; 1: one; (2, could not check, is the CLI's: a ConfigError before this)."""
+        """0: no warning/blocking finding; 1: one; (2, could not check, is the CLI's: a ConfigError before this)."""
         audits = [*self.functions, *([self.total] if self.total else [])]
         return 1 if any(a.verdict != "ok" for a in audits) else 0
 
@@ -172,7 +172,7 @@ def audit_rewards(
         if blind:
             tasks = f" (tasks {', '.join(blind)})" if any(blind) else ""
             total.add(Finding("blind", f"the weighted total never pays a right answer more than a wrong one{tasks}"))
-    elif blind and fns[0].audit.verdict != "block":
+    elif blind and fns[0].audit.verdict != "blocking":
         fns[0].audit.add(
             Finding(
                 "blind",

@@ -88,7 +88,7 @@ def compare_renderer(
         "(vLLM, apply_chat_template) the other. Fix: use the renderer the cookbook recommends for this model "
         "(tinker_cookbook.model_info.get_recommended_renderer_name), or a template that matches the renderer"
     )
-    return probe, [TemplateFinding(RENDERER_MISMATCH, "error", message, f"renderer {name}")]
+    return probe, [TemplateFinding(RENDERER_MISMATCH, "blocking", message, f"renderer {name}")]
 
 
 def _parts(message: Any) -> tuple[str, list[str]]:
@@ -127,7 +127,7 @@ def parse_round_trip(
         message, _ = renderer.parse_response(tokens)
         text, reasoning = _parts(message)
     except Exception as exc:
-        return [TemplateFinding(RENDERER_PARSE, "error", f"{name}.parse_response fails on {body!r} + its stop "
+        return [TemplateFinding(RENDERER_PARSE, "blocking", f"{name}.parse_response fails on {body!r} + its stop "
                                 f"token: {type(exc).__name__}: {exc}", f"renderer {name}")]  # fmt: skip
     wrong = []
     if markup.open_tag in text or markup.close_tag in text:
@@ -144,7 +144,7 @@ def parse_round_trip(
         "get_text_content) then grades the thinking, or scores a well-formed answer as wrong. Fix: parse with the "
         "renderer that built the prompt, in its mode"
     )
-    return [TemplateFinding(RENDERER_PARSE, "error", message_text, f"renderer {name}")]
+    return [TemplateFinding(RENDERER_PARSE, "blocking", message_text, f"renderer {name}")]
 
 
 def _stops(renderer: Any) -> list[Any]:

@@ -239,7 +239,7 @@ def check_template(
         except Exception as exc:
             extra.append(
                 TemplateFinding(
-                    RENDER_FAILED, "error", f"dataset prompts do not render: {type(exc).__name__}: {exc}", "rows"
+                    RENDER_FAILED, "blocking", f"dataset prompts do not render: {type(exc).__name__}: {exc}", "rows"
                 )
             )
 

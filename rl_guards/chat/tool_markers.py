@@ -43,7 +43,7 @@ def tool_result_markers(
     try:
         a, b = suffix("alpha 17"), suffix('{"x": 42}')
     except Exception as exc:  # templates without tool support, processors, ...
-        logger.info("rl_guards: no tool-result markers from the chat template (%s)", exc)
+        logger.debug("rl_guards: no tool-result markers from the chat template (%s)", exc)
         return None
     head = []
     for x, y in zip(a, b, strict=False):

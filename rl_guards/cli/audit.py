@@ -1,5 +1,5 @@
 """``rl-guards audit-rewards REWARD [REWARD ...] --dataset DATA``: check reward functions on a dataset's rows on a
-CPU before a GPU hour (what each verdict means: ``docs/audit.md``). Exit 0: no warn/block finding; 1: one; 2: it
+CPU before a GPU hour (what each verdict means: ``docs/audit.md``). Exit 0: no warning/blocking finding; 1: one; 2: it
 could not check (a function that cannot be loaded, a dataset that cannot be read, nothing to score, or the reward
 code ended the audit's process).
 

@@ -227,7 +227,7 @@ class MaskCheckingCollator:
                     f"MaskCheckingCollator(expect='assistant_only') cannot locate assistant turns: {exc}. "
                     "Pass the chat template the trainer renders with (chat_template=...), or expect='completion_only'."
                 ) from exc
-            logger.info("rl_guards: no assistant markers (%s); checking prompt/completion labels only", exc)
+            logger.debug("rl_guards: no assistant markers (%s); checking prompt/completion labels only", exc)
 
     def __getattr__(self, name: str) -> Any:
         # Attributes of the wrapped collator (pad_token_id, padding_free, ...) stay reachable.

@@ -21,9 +21,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from rl_guards.core.severity import BLOCKING, INFO, severity_of, worst
+from rl_guards.core.severity import SEVERITIES as SCALE
 from rl_guards.core.think_markup import THINK, ThinkMarkup, markup_for_template
 
-SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
+SEVERITIES: tuple[str, ...] = tuple(reversed(SCALE))  # most severe first: blocking, warning, info
 
 # Finding kinds.
 DOUBLE_OPEN = "double_open"  # two or more unclosed opens at the end of a prompt
@@ -76,11 +78,12 @@ class TemplateFinding:
     """One thing wrong (or worth knowing) about the rendered template."""
 
     kind: str
-    severity: str  # "error": corrupts the run; "warning": likely wrong; "info": worth knowing
+    severity: str  # "blocking": corrupts the run; "warning": likely wrong; "info": worth knowing
     message: str
     where: str = ""  # which render, e.g. "thinking probe", "dataset rows"
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "severity", severity_of(self.severity, default=self.severity))  # "error" too
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
 
@@ -105,7 +108,7 @@ class TemplateReport:
 
     @property
     def errors(self) -> list[TemplateFinding]:
-        return [f for f in self.findings if f.severity == "error"]
+        return [f for f in self.findings if f.severity == BLOCKING]
 
     @property
     def blocking(self) -> bool:
@@ -124,9 +127,9 @@ class TemplateReport:
             f"empty think block (non-thinking): {self.empty_think!r}",
         ]
         if not self.findings:
-            lines.append("verdict: OK, no findings")
+            lines.append("verdict: ok, no findings")
         else:
-            lines.append("verdict: " + ("BLOCKING" if self.blocking else "non-blocking findings"))
+            lines.append("verdict: " + worst(f.severity for f in self.findings))
             for f in self.findings:
                 lines.append(f"  [{f.severity}] {f.kind} ({f.where}): {f.message}")
         return "\n".join(lines)
@@ -293,7 +296,7 @@ def check_rendered_template(
         kind = _open_finding(scan)
         if kind is not None:
             message = _describe(scan, kind, open_tag, scan.opened)
-            findings.append(TemplateFinding(kind, "error" if used else "info", message, rendered.label))
+            findings.append(TemplateFinding(kind, BLOCKING if used else INFO, message, rendered.label))
 
     # (b) dataset rows rendered through the trainer: one finding per kind, showing the first offender.
     by_kind: dict[str, list[PromptScan]] = {}
@@ -313,7 +316,7 @@ def check_rendered_template(
         message = f"{len(scans)}/{len(rows)} rendered dataset prompts: " + _describe(
             scans[0], kind, open_tag, scans[0].opened and template_opens
         )
-        findings.append(TemplateFinding(kind, "error", message, "dataset rows"))
+        findings.append(TemplateFinding(kind, BLOCKING, message, "dataset rows"))
     if differs:
         findings.append(
             TemplateFinding(
@@ -328,7 +331,7 @@ def check_rendered_template(
 
     # (c) thinking flag ignored (nothing to say when the probes did not render).
     if s_off.opened:
-        severity = "error" if requested_thinking is False or mixed else "info"
+        severity = BLOCKING if requested_thinking is False or mixed else INFO
         findings.append(
             TemplateFinding(
                 THINKING_FLAG_IGNORED,
@@ -341,7 +344,7 @@ def check_rendered_template(
         )
     if not has_switch and (thinking.text or non_thinking.text):
         if family_has_switch:
-            severity = "error" if requested_thinking is not None or mixed else "info"
+            severity = BLOCKING if requested_thinking is not None or mixed else INFO
             findings.append(
                 TemplateFinding(
                     THINKING_FLAG_IGNORED,

@@ -97,6 +97,7 @@ class Engine:
         self.ranks = ranks or Ranks(ctx.world_size, ctx.process_index, ctx.is_main_process)
         self.session = session or GuardSession()
         self.session.defer = True  # stops and row-showing messages settle once the batch's text is in place
+        self.session.verbose = config.console.verbose  # info findings and notes on the console too
         self.session.metric_filter = MetricFilter(
             config.metrics.level, single_task=single_task, framework_twins=frozenset(framework_twins)
         )

@@ -2,8 +2,9 @@
 (format: :mod:`rl_guards.rollouts.findings`), on the main process only.
 
 A line is written for the first finding of each kind, when its message is first known (later lines carry counts,
-not messages), when its count reaches a power of two, and for every error (then also the stop); all kinds again at
-the end of training. So a run that
+not messages), when its count reaches a power of two, and for every blocking finding; the stop record once, for the
+finding whose error stops the run (the session's stop listener, or the agreed error when another rank stopped); all
+kinds again at the end of training. So a run that
 finds the same thing every step writes a few lines per kind, not one per step. The file is created with the first
 finding (a healthy run writes none); a run that starts where the file exists (a resume, a rerun) appends a ``begin``
 record and the restored counts. A write that fails is said once and never stops the run.
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rl_guards.core.severity import BLOCKING
 from rl_guards.guards.base import Finding, GuardSession
 from rl_guards.rollouts.findings import FINDINGS_FILE, append_record
 
@@ -36,6 +38,7 @@ class FindingsFile:
         self._stopped = False  # a stop record is on disk
         self._failed = False
         session.listeners.append(self.on_finding)
+        session.stop_listeners.append(self.on_stop)
 
     def begin(self, step: int) -> None:
         """Training starts at ``step``: where the file already exists, say so now (readers forget older lines)."""
@@ -52,14 +55,17 @@ class FindingsFile:
         key = (finding.guard, finding.kind)
         count = self.session.counts.get(key, 0)
         first_message = bool(finding.message) and key not in self._said
-        due = count <= 1 or first_message or finding.severity == "error" or count & (count - 1) == 0
+        due = count <= 1 or first_message or finding.severity == BLOCKING or count & (count - 1) == 0
         if not due:
             return
         # the first message of a kind is the one shown (it goes with the first step); later lines update the count
         self._write(self._record(key, finding.message if first_message else "", finding.step))
         if finding.message:
             self._said.add(key)
-        if finding.severity == "error":  # raise mode: this finding stops the run
+
+    def on_stop(self, finding: Finding) -> None:
+        """The finding whose error stops the run (the session's, so the record names what the error says)."""
+        if not self._stopped:
             self._write_stop(finding.guard, finding.kind, finding.step, finding.message)
 
     def stop(self, error: Exception, step: int | None) -> None:

@@ -1,23 +1,25 @@
 """Findings, metrics and modes of a run: :class:`GuardSession` holds them, a guard writes through a :class:`Reporter`.
 
-Tables and rendered reports for a tracker go through :meth:`Reporter.table` and :meth:`Reporter.html`; the adapter
-that drives the guards sets :attr:`GuardSession.tracker` (W&B, trackio) and delivers them, so no guard imports a
-tracker. Without one (guards driven by hand, tests, preflight) they are dropped.
+Findings are said on the ``rl_guards`` logger, once each (:mod:`rl_guards.console`), on the one severity scale
+(:mod:`rl_guards.core.severity`). Tables and rendered reports for a tracker go through :meth:`Reporter.table` and
+:meth:`Reporter.html`; the adapter that drives the guards sets :attr:`GuardSession.tracker` (W&B, trackio) and
+delivers them, so no guard imports a tracker. Without one (guards driven by hand, tests, preflight) they are dropped.
 """
 
 from __future__ import annotations
 
 import logging
-import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from rl_guards.config import GuardConfig
+from rl_guards.console import Column, render_table, say
 from rl_guards.core.metric_keys import metric_key, task_metric_key
 from rl_guards.core.metric_set import MetricFilter
-from rl_guards.errors import GuardError, RLGuardsWarning
+from rl_guards.core.severity import BLOCKING, INFO, SEVERITIES, WARNING, mode_severity, rank, severity_of
+from rl_guards.errors import GuardError
 
 logger = logging.getLogger("rl_guards")
 
@@ -27,7 +29,7 @@ class Tracker(Protocol):
 
     def active(self) -> bool: ...
 
-    def log(self, data: dict[str, Any]) -> bool: ...
+    def log(self, data: dict[str, Any], step: int | None = None) -> bool: ...
 
     def table(self, columns: list[str], rows: list[list[Any]]) -> Any: ...
 
@@ -36,16 +38,13 @@ class Tracker(Protocol):
     def set_summary(self, values: dict[str, Any]) -> bool: ...
 
 
-SEVERITIES = ("info", "warning", "error")  # least to most severe
-
-
 @dataclass
 class Finding:
     """One thing a guard noticed."""
 
     guard: str
     kind: str  # short machine code, e.g. "dead_task", "prompt_unmasked"
-    severity: str  # "error" (raise mode), "warning", "info"
+    severity: str  # "blocking" (raise mode: stops the run), "warning", "info" (rl_guards.core.severity)
     message: str
     step: int | None = None
 
@@ -96,7 +95,11 @@ class GuardSession:
         # check that could not run without evidence of a problem)
         self.notes: dict[tuple[str, str], str] = {}
         self._stops: list[tuple[type[GuardError], Finding]] = []  # raise-mode findings since the last settle()
+        # called with the finding whose error stops the run (its message is the error's): the one source of truth
+        # for every place that names the stop (findings.jsonl's stop record, the tracker's stopped_by)
+        self.stop_listeners: list[Callable[[Finding], None]] = []
         self.tracker: Tracker | None = None  # set by the adapter: where Reporter.table/html/summary go
+        self.verbose = False  # console.verbose: info findings and notes said at INFO too (else DEBUG only)
 
     def reporter(self, guard: str, config: GuardConfig, step: int | None) -> Reporter:
         return Reporter(self, guard, config, step)
@@ -120,7 +123,7 @@ class GuardSession:
         if key in self.notes:
             return False
         self.notes[key] = message
-        logger.info("[rl_guards/%s] note: %s", guard, message)
+        say(f"[rl_guards/{guard}] note: {message}", level=logging.INFO if self.verbose else logging.DEBUG)
         return True
 
     def record(
@@ -145,11 +148,11 @@ class GuardSession:
         if not repeated_start_check:
             self.counts[key] += 1
             self.first_step.setdefault(key, finding.step)
-            if SEVERITIES.index(finding.severity) > SEVERITIES.index(self.severity.get(key, "info")):
+            if rank(finding.severity) > rank(self.severity.get(key, INFO)):
                 self.severity[key] = finding.severity
             self.severity.setdefault(key, finding.severity)
-            # Keep every error, and the first few findings of each kind, so memory stays bounded.
-            if finding.severity == "error" or self.counts[key] <= self.MAX_FINDINGS_PER_KIND:
+            # Keep every blocking finding, and the first few findings of each kind, so memory stays bounded.
+            if finding.severity == BLOCKING or self.counts[key] <= self.MAX_FINDINGS_PER_KIND:
                 self.findings.append(finding)
                 kept = True
         shown = warn and key not in self._warned
@@ -165,12 +168,20 @@ class GuardSession:
             self._notify(finding, False)  # counted, never shown: listeners still see the count
 
     def _show(self, finding: Finding, *, shown: bool, warn: bool) -> None:
+        """One message per finding, on the ``rl_guards`` logger: a warning in full, once per kind; a blocking
+        finding in full unless it is the one whose error stops the run (that error carries the same text); an info
+        finding (and a repeat) only in verbose mode."""
         self._notify(finding, shown)
-        if shown:
-            warnings.warn(f"[rl_guards/{finding.guard}] {finding.message}", RLGuardsWarning, stacklevel=4)
-            logger.warning("[rl_guards/%s] %s", finding.guard, finding.message)
+        line = f"[rl_guards/{finding.guard}] {finding.severity}: {finding.message}"
+        if finding.severity == BLOCKING:
+            stopping = any(f is finding for _, f in self._stops) or not self.defer
+            first_stop = not self._stops or self._stops[0][1] is finding
+            if not (stopping and first_stop):
+                say(line, severity=BLOCKING)
+        elif shown:
+            say(line, severity=WARNING)
         elif not warn:
-            logger.info("[rl_guards/%s] %s", finding.guard, finding.message)
+            say(line, level=logging.INFO if self.verbose else logging.DEBUG)
 
     def _notify(self, finding: Finding, shown: bool) -> None:
         for listener in self.listeners:
@@ -201,7 +212,16 @@ class GuardSession:
         if not stops:
             return None
         error, finding = stops[0]
+        self.stopped(finding)
         return error(f"[rl_guards/{finding.guard}] {finding.message}", guard=finding.guard, step=finding.step)
+
+    def stopped(self, finding: Finding) -> None:
+        """``finding`` stops the run: tell the stop listeners (never raises)."""
+        for listener in self.stop_listeners:
+            try:
+                listener(finding)
+            except Exception as exc:  # the stop matters more than where it is written down
+                logger.warning("rl_guards: stop listener failed: %s", exc)
 
     def summary_rows(self) -> list[dict[str, Any]]:
         """One row per (guard, kind), most severe first: severity, count and first step (None when unknown)."""
@@ -215,23 +235,26 @@ class GuardSession:
             }
             for (guard, kind), count in sorted(self.counts.items())
         ]
-        rows.sort(key=lambda r: -SEVERITIES.index(r["severity"]))  # stable: by name within a severity
+        rows.sort(key=lambda r: -rank(r["severity"]))  # stable: by name within a severity
         return rows
 
-    def summary_text(self) -> str:
-        """A readable end-of-run table of what the guards found (severity first), then the notes said once."""
+    def summary_text(self, *, styled: bool = False, width: int | None = None, notes: bool | None = None) -> str:
+        """The end-of-run table of what the guards found (most severe first); then the notes said once (``notes``:
+        default in verbose mode)."""
         rows = self.summary_rows()
-        lines = []
         if not rows:
-            lines.append("rl_guards: no findings.")
+            lines = ["rl_guards: no findings."]
         else:
-            width = max(len("guard/kind"), *(len(f"{r['guard']}/{r['kind']}") for r in rows))
-            lines += ["rl_guards findings:", f"  severity  {'guard/kind'.ljust(width)}  count  first step"]
-            for r in rows:
-                name = f"{r['guard']}/{r['kind']}".ljust(width)
-                first = "-" if r["first_step"] is None else r["first_step"]
-                lines.append(f"  {r['severity']:<8}  {name}  {r['count']:>5}  {first}")
-        if self.notes:
+            table = render_table(
+                ["severity", "guard/kind", Column("count", "right"), Column("first step", "right")],
+                [[r["severity"], f"{r['guard']}/{r['kind']}", r["count"], _step(r["first_step"])] for r in rows],
+                title="rl_guards findings",
+                styled=styled,
+                width=width,
+                severity_column=0,
+            )
+            lines = [table]
+        if self.notes and (self.verbose if notes is None else notes):
             lines.append("rl_guards notes (said once, not findings):")
             for (guard, kind), text in self.notes.items():
                 first_line = text.strip().splitlines()[0] if text.strip() else ""
@@ -263,8 +286,11 @@ class GuardSession:
             self.counts[(guard, kind)] = count
             first = row[3] if len(row) > 3 else None
             self.first_step[(guard, kind)] = None if first is None else int(first)
-            self.severity[(guard, kind)] = str(row[4]) if len(row) > 4 and row[4] in SEVERITIES else "warning"
-        self.findings = [Finding(**f) for f in state.get("findings", []) if isinstance(f, dict)]
+            self.severity[(guard, kind)] = severity_of(row[4]) if len(row) > 4 else WARNING
+            if self.severity[(guard, kind)] not in SEVERITIES:  # "ok" is a status, never a finding's severity
+                self.severity[(guard, kind)] = WARNING
+        kept = [f for f in state.get("findings", []) if isinstance(f, dict)]
+        self.findings = [Finding(**{**f, "severity": severity_of(f.get("severity"))}) for f in kept]
         self._warned = {(str(g), str(k)) for g, k in state.get("warned", [])}
         self.begin_keys = {(str(g), str(k)) for g, k in state.get("begin_keys", [])}
         self._restored_begin_keys = set(self.begin_keys)
@@ -272,6 +298,10 @@ class GuardSession:
         self.notes = {(str(n[0]), str(n[1])): str(n[2]) if len(n) > 2 else "" for n in state.get("notes", [])}
         if self.metric_filter is not None:
             self.metric_filter.nonzero_seen = set(state.get("nonzero_metrics", []))
+
+
+def _step(step: int | None) -> Any:
+    return "-" if step is None else step
 
 
 class Reporter:
@@ -293,7 +323,7 @@ class Reporter:
 
     def info(self, kind: str, message: str) -> None:
         """Record an observation that never stops the run."""
-        self.session.record(Finding(self.guard, kind, "info", message, self.step), warn=False)
+        self.session.record(Finding(self.guard, kind, INFO, message, self.step), warn=False)
 
     def note(self, kind: str, message: str) -> bool:
         """Say something once that is not a problem of this run (a confirmation, advice, a check that could not
@@ -302,14 +332,14 @@ class Reporter:
 
     def notice(self, kind: str, message: str) -> None:
         """Tell the user once (a warning), count it; never stops the run and is not a violation."""
-        self.session.record(Finding(self.guard, kind, "warning", message, self.step), warn=True)
+        self.session.record(Finding(self.guard, kind, WARNING, message, self.step), warn=True)
 
     def suspect(self, kind: str, message: str | Callable[[], str], rows: Sequence[int] = ()) -> None:
         """Evidence that may be the model's own doing: warned once and counted (mode log: counted only), never a
         stop whatever the guard's mode. ``message`` may be rendered lazily, as for :meth:`violation`."""
         warn = self.config.mode != "log"
         render, text = self._message(message)
-        finding = Finding(self.guard, kind, "warning" if warn else "info", text, self.step)
+        finding = Finding(self.guard, kind, WARNING if warn else INFO, text, self.step)
         self.session.record(finding, warn=warn, render=render, rows=rows)
 
     def _message(self, message: str | Callable[[], str]) -> tuple[Callable[[], str] | None, str]:
@@ -331,7 +361,7 @@ class Reporter:
         has run, so its metrics and other findings are complete).
         """
         mode = self.config.mode
-        severity = "error" if mode == "raise" else ("warning" if mode == "warn" else "info")
+        severity = mode_severity(mode)
         defer = self.session.defer
         render, text = self._message(message)
         finding = Finding(self.guard, kind, severity, text, self.step)
@@ -339,6 +369,7 @@ class Reporter:
         self.session.record(finding, warn=mode == "warn", render=render, rows=rows, error=stop)
         self.session.add_metric(metric_key(self.guard, "violations"), 1.0)
         if mode == "raise" and not defer:
+            self.session.stopped(finding)
             raise error(f"[rl_guards/{self.guard}] {text}", guard=self.guard, step=self.step)
 
     # ----- tables and reports for a tracker (delivered by the adapter; dropped without one) -------------------
@@ -352,12 +383,14 @@ class Reporter:
             return False
 
     def table(self, key: str, columns: list[str], rows: list[list[Any]]) -> bool:
-        """Log a table under ``key`` to the tracker run; never raises. True: delivered."""
-        return self._deliver(key, lambda t: t.log({key: t.table(columns, rows)}))
+        """Log a table under ``key`` to the tracker run, at this reporter's step (the trainer's step it is about);
+        never raises. True: delivered."""
+        return self._deliver(key, lambda t: t.log({key: t.table(columns, rows)}, step=self.step))
 
     def html(self, key: str, text: str) -> bool:
-        """Log an HTML page (a rendered report) under ``key``; never raises. True: delivered."""
-        return self._deliver(key, lambda t: t.log({key: t.html(text)}))
+        """Log an HTML page (a rendered report) under ``key``, at this reporter's step; never raises. True:
+        delivered."""
+        return self._deliver(key, lambda t: t.log({key: t.html(text)}, step=self.step))
 
     def summary(self, values: dict[str, Any]) -> bool:
         """Set run-summary values on the tracker run; never raises. True: delivered."""

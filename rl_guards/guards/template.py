@@ -49,7 +49,7 @@ class DoubleThinkGuard(Guard):
     ===================================  ===============================================================
     key                                  value
     ===================================  ===============================================================
-    ``rl_guards/template/findings``      blocking findings (error severity) at train start
+    ``rl_guards/template/findings``      blocking findings at train start
     ===================================  ===============================================================
 
     :meth:`prompt_opened` tells other guards and the stray-think penalty whether generation starts inside a block.
@@ -168,13 +168,13 @@ class DoubleThinkGuard(Guard):
         self.report = self._check()
         ignored = self._column_ignored(self.report)
         if ignored is not None:
-            self.report.findings.append(TemplateFinding(THINKING_FLAG_IGNORED, "error", ignored, "dataset column"))
+            self.report.findings.append(TemplateFinding(THINKING_FLAG_IGNORED, "blocking", ignored, "dataset column"))
         errors = self.report.errors
         report.metric("findings", float(len(errors)))
         for f in self.report.findings:
             if f.kind == NO_CHAT_TEMPLATE:  # a supported shape, not a problem of this run: said once
                 report.note(f.kind, f.message)
-            elif f.severity != "error":
+            elif f.severity != "blocking":
                 report.info(f.kind, f"{f.where}: {f.message}")
         for i, f in enumerate(errors):
             others = [e.kind for e in errors[i + 1 :]]

@@ -22,14 +22,14 @@ hold think markup (exact or near-miss tags) after stripping, or as given with ``
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rl_guards.console import say
 from rl_guards.core.completions import completion_text
+from rl_guards.core.severity import WARNING
 from rl_guards.core.think_markup import PARTIAL_TAG, THINK, ThinkMarkup, scan, strip_thinking
-from rl_guards.errors import RLGuardsWarning
 from rl_guards.rewards.callables import is_async_reward, require_async_support, reward_name
 from rl_guards.rewards.stray_think import resolve_markup
 
@@ -150,13 +150,12 @@ class BlindJudge:
             self._warned = True
             what = "receives" if self.check_only else "still receives after stripping"
             message = (
-                f"[rl_guards/blind_judge] judge {self.__name__!r} {what} think markup in "
+                f"[rl_guards/blind_judge] warning: judge {self.__name__!r} {what} think markup in "
                 f"{report.with_markup}/{report.total} inputs (rows {list(report.rows[:5])}). "
                 "Fix: wrap it with blind_judge(...) without check_only, or fix the markup (near-miss tags such as "
                 "<THINK> are not stripped)."
             )
-            warnings.warn(message, RLGuardsWarning, stacklevel=4)
-            logger.warning(message)
+            say(message, severity=WARNING)
 
     def __call__(self, completions: list[Any], **kwargs: Any) -> Any:
         given, passed = self._prepare(list(completions), kwargs)

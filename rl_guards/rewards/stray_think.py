@@ -32,12 +32,13 @@ tokenizer to :meth:`StrayThinkPenalty.configure`) so single-token tags are count
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from rl_guards.chat.markup import markup_from_config, tag_token_ids
+from rl_guards.console import say
 from rl_guards.core.completions import completion_text
+from rl_guards.core.severity import WARNING
 from rl_guards.core.think_markup import (
     ALL_CODES,
     MARKUPS,
@@ -46,7 +47,7 @@ from rl_guards.core.think_markup import (
     anomalies_for_mode,
     scan,
 )
-from rl_guards.errors import ConfigError, RLGuardsWarning
+from rl_guards.errors import ConfigError
 
 logger = logging.getLogger("rl_guards")
 
@@ -231,11 +232,10 @@ class StrayThinkPenalty:
         if first is not None and self.mode == "warn" and not self._warned:
             self._warned = True
             message = (
-                f"[rl_guards/stray_think_penalty] penalising malformed or stray think markup "
+                f"[rl_guards/stray_think_penalty] warning: penalising malformed or stray think markup "
                 f"({penalised_rows}/{n} rows of this batch; first row's codes: {', '.join(first)})."
             )
-            warnings.warn(message, RLGuardsWarning, stacklevel=2)
-            logger.warning(message)
+            say(message, severity=WARNING)
         return rewards
 
     def __repr__(self) -> str:

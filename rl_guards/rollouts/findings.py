@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rl_guards.core.severity import BLOCKING, SEVERITIES, WARNING, rank, severity_of
 from rl_guards.rollouts.store import default_rollouts_dir
 from rl_guards.rollouts.untrusted_json import UnreadableJSON, parse_json
 
 FINDINGS_FILE = "findings.jsonl"
-SEVERITY_ORDER = ("error", "warning", "info")  # most severe first
 FINDING_FIELDS = ("guard", "kind", "severity", "first_step", "count", "message")
 
 
@@ -70,8 +70,9 @@ def _clean(record: dict[str, Any]) -> dict[str, Any] | None:
     out = {name: record.get(name) for name in FINDING_FIELDS}
     if not isinstance(out["guard"], str) or not isinstance(out["kind"], str):
         return None
-    if out["severity"] not in SEVERITY_ORDER:
-        out["severity"] = "warning"
+    out["severity"] = severity_of(out["severity"])  # "error" (written before the one scale) is "blocking"
+    if out["severity"] not in SEVERITIES:
+        out["severity"] = WARNING
     for name in ("first_step", "count"):
         value = out[name]
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
@@ -112,13 +113,13 @@ def load_findings(path: str | os.PathLike[str] | None) -> FindingsLog:
                     clean["message"] = previous["message"]  # a count update keeps the message said before
                 latest[key] = clean
             elif kind == "stop":
-                clean = _clean({**record, "severity": "error"})
+                clean = _clean({**record, "severity": BLOCKING})
                 if clean is None:
                     log.bad_lines += 1
                     continue
                 log.stop = clean
     log.findings = sorted(
         latest.values(),
-        key=lambda f: (SEVERITY_ORDER.index(f["severity"]), f["first_step"] is None, f["first_step"] or 0),
+        key=lambda f: (-rank(f["severity"]), f["first_step"] is None, f["first_step"] or 0),
     )
     return log

@@ -6,15 +6,14 @@ conversational prompts, thinking / non-thinking / mixed rows, one task or severa
 attached with ``install()`` or ``GuardsCallback``, at the default ``GuardsConfig()`` but for the reward probes' time
 budget (:data:`PROBE_TIME`: the tiny model's steps take a tenth of a second where a real one takes tens, so at the
 default 2 % the probes would not run in these few-step runs). :func:`run_healthy` trains
-one case and returns what a user would see: findings at warn/raise severity, ``RLGuardsWarning`` s, and (when a
-W&B run is active) what the offline run recorded. The tests assert silence; ``benchmarks/failure_modes`` reports
-the same corpus as the precision column next to the planted failures' recall.
+one case and returns what a user would see: findings at warn/raise severity, what the ``rl_guards`` logger said at
+warning level, and (when a W&B run is active) what the offline run recorded. The tests assert silence;
+``benchmarks/failure_modes`` reports the same corpus as the precision column next to the planted failures' recall.
 """
 
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,7 +240,7 @@ class HealthyOutcome:
 
     name: str
     findings: list[str]  # guard/kind (severity) of every warning or error finding
-    warnings: list[str]  # RLGuardsWarning messages
+    warnings: list[str]  # what rl_guards said at warning level and above
     notes: list[str]  # guard/kind of the notes said (not findings)
     steps: int
     summary: str
@@ -272,7 +271,7 @@ def build_trainer(case: HealthyCase, model_dir: str, tokenizer: Any, output_dir:
 def run_healthy(case: HealthyCase, model_dir: str, tokenizer: Any, output_dir: Path, **extra: Any) -> HealthyOutcome:
     """Train one case with every guard at the default config; collect what is loud."""
     import rl_guards
-    from rl_guards.guards.base import RLGuardsWarning
+    from rl_guards.console import capture
 
     trainer = build_trainer(case, model_dir, tokenizer, output_dir, **extra)
     run = None
@@ -282,18 +281,17 @@ def run_healthy(case: HealthyCase, model_dir: str, tokenizer: Any, output_dir: P
         from rl_guards.trl.thinking_mix import honour_thinking_column
 
         honour_thinking_column(trainer)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with capture() as said:  # what rl_guards says at warning level and above
         trainer.train()
     if run is None:  # the callback installed itself at train start
         callback = next(cb for cb in trainer.callback_handler.callbacks if type(cb).__name__ == "GuardsCallback")
         run = callback.run
     session = run.session
-    loud = [r for r in session.summary_rows() if r["severity"] in ("warning", "error")]
+    loud = [r for r in session.summary_rows() if r["severity"] in ("warning", "blocking")]
     return HealthyOutcome(
         name=case.name,
         findings=[f"{r['guard']}/{r['kind']} ({r['severity']})" for r in loud],
-        warnings=[str(w.message) for w in caught if issubclass(w.category, RLGuardsWarning)],
+        warnings=said.messages,
         notes=[f"{g}/{k}" for g, k in session.notes],
         steps=int(trainer.state.global_step),
         summary=run.summary(),

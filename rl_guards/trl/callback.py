@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import logging
 import os
-import warnings
 from typing import Any
 
 from transformers import TrainerCallback
 
 from rl_guards.collators.trainer_metrics import calling_trainer
 from rl_guards.config import GuardsConfig
+from rl_guards.console import say
+from rl_guards.core.severity import WARNING
 from rl_guards.engine.start_checks import context_without_trainer, run_start_checks, start_guards
 from rl_guards.errors import ConfigError
-from rl_guards.guards.base import Guard, GuardSession, RLGuardsWarning
+from rl_guards.guards.base import Guard, GuardSession
 from rl_guards.guards.registry import BATCH_GUARDS
 from rl_guards.trl.wandb_io import RunTracker
 
@@ -76,13 +77,12 @@ class GuardsCallback(TrainerCallback):
         started = [g.name for g in self.guards]
         off = sorted({cls.name for cls in BATCH_GUARDS if _checks_batches(cls)})  # their batch checks, at least
         message = (
-            f"rl_guards: GuardsCallback could not put the batch guards on this run ({reason}); only the "
+            f"[rl_guards] warning: GuardsCallback could not put the batch guards on this run ({reason}); only the "
             f"start-of-training checks run ({', '.join(started)}). Off: the batch checks of {', '.join(off)}. "
             "Fix: call rl_guards.install(trainer, config) on the built GRPOTrainer / RLOOTrainer before "
             "trainer.train()."
         )
-        warnings.warn(message, RLGuardsWarning, stacklevel=2)
-        logger.warning(message)
+        say(message, severity=WARNING)
         tokenizer = kwargs.get("processing_class")
         tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
         train = getattr(kwargs.get("train_dataloader"), "dataset", None)

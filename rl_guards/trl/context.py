@@ -151,10 +151,10 @@ def trl_version() -> str:
 def check_compatibility(trainer: Any, guards: list[Any]) -> dict[str, str]:
     """Say what this trainer and TRL version get: the guards that cannot run (name -> why), where TRL's hook points
     are missing, e.g. a trainer that scores rollouts in another process (TRL's experimental AsyncGRPOTrainer)."""
-    import warnings
 
     from rl_guards import __version__
-    from rl_guards.errors import RLGuardsWarning
+    from rl_guards.console import say
+    from rl_guards.core.severity import WARNING
     from rl_guards.guards.base import overrides
 
     version = trl_version()
@@ -167,20 +167,19 @@ def check_compatibility(trainer: Any, guards: list[Any]) -> dict[str, str]:
         missing.append("_metrics")
     unavailable: dict[str, str] = {}
     if not missing:
-        logger.info("rl_guards: installed on %s (TRL %s; tested with TRL %s).", kind, version, tested)
+        logger.debug("rl_guards: installed on %s (TRL %s; tested with TRL %s).", kind, version, tested)
         return unavailable
     reason = f"{kind} (TRL {version}) has no {', '.join(missing)}"
     for guard in guards:
         if overrides(guard, "on_batch") or overrides(guard, "check_tensors"):
             unavailable[guard.name] = reason
     message = (
-        f"rl_guards: {reason}: it scores rollouts where the batch guards cannot see them. Off: "
+        f"[rl_guards] warning: {reason}: it scores rollouts where the batch guards cannot see them. Off: "
         f"{', '.join(sorted(unavailable))}. Still on: the start-of-training checks and the "
         "reward-function wrappers (StrayThinkPenalty, route(), blind_judge, watch_inputs), which run "
         "wherever the reward functions run."
     )
-    warnings.warn(message, RLGuardsWarning, stacklevel=4)
-    logger.warning(message)
+    say(message, severity=WARNING)
     return unavailable
 
 

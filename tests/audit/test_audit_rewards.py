@@ -141,7 +141,7 @@ def test_planted_failure_caught_and_clean_twin_passes(
     assert audit.framework == framework
     if kinds:
         assert kinds <= found, [f.message for f in audit.findings]
-        assert audit.verdict in ("warn", "block") and report.exit_code == 1
+        assert audit.verdict in ("warning", "blocking") and report.exit_code == 1
     else:
         assert found == set(), [f.message for f in audit.findings]
         assert audit.verdict == "ok" and report.exit_code == 0
@@ -153,7 +153,7 @@ def test_row_errors_are_shown_decoded_with_the_exception_and_where(data: dict[st
     finding = next(f for f in audit_rewards([fn], str(data["verl"])).functions[0].findings if f.kind == "raises")
     assert "AttributeError" in finding.message and "verl_rewards.py:" in finding.message
     assert "completion '7'" in finding.message and "(prompt \"What is 0 + 7?" in finding.message
-    assert finding.severity == "block" and len(finding.rows) == len(ROWS)  # bare answers in every row
+    assert finding.severity == "blocking" and len(finding.rows) == len(ROWS)  # bare answers in every row
 
 
 @pytest.mark.parametrize(
@@ -212,7 +212,7 @@ def test_slow_and_timeout(data: dict[str, Path]) -> None:
     hanging = load_function(f"{HERE / 'verl_rewards.py'}:hanging_score")
     report = audit_rewards([hanging], str(data["verl"]), rows=4, timeout=0.02)
     assert [f.kind for f in report.functions[0].findings] == ["timeout"]
-    assert report.functions[0].verdict == "block" and report.seconds < 3
+    assert report.functions[0].verdict == "blocking" and report.seconds < 3
 
 
 def test_openrlhf_input_and_label_keys(tmp_path: Path) -> None:
@@ -296,12 +296,12 @@ def test_cli_exit_codes_json_and_html(data: dict[str, Path], tmp_path: Path) -> 
     assert bad.returncode == 1, bad.stderr
     functions = json.loads(bad.stdout)["functions"]
     verdicts = {f["name"]: (f["verdict"], {x["kind"] for x in f["findings"]}) for f in functions}
-    assert verdicts["suffix_score"][0] == "warn" and "reads_suffix" in verdicts["suffix_score"][1]
-    assert verdicts["inverted_score"][0] == "block" and "inverted" in verdicts["inverted_score"][1]
+    assert verdicts["suffix_score"][0] == "warning" and "reads_suffix" in verdicts["suffix_score"][1]
+    assert verdicts["inverted_score"][0] == "blocking" and "inverted" in verdicts["inverted_score"][1]
     page = html.read_text(encoding="utf-8")
     assert "<style>" in page and "reads_suffix" in page and "<script" not in page
     table = _cli(f"{verl}:inverted_score", "--dataset", str(data["verl"]))
-    assert table.returncode == 1 and "BLOCK" in table.stdout and "fix:" in table.stdout
+    assert table.returncode == 1 and "blocking" in table.stdout and "fix:" in table.stdout
 
 
 @pytest.mark.slow
@@ -415,7 +415,7 @@ def test_every_dataset_format(tmp_path: Path, fmt: str) -> None:
     report = audit_rewards([fn], str(path))
     assert report.rows == len(ROWS) and report.reference == "answer" and report.exit_code == 0
     inverted = load_function(f"{HERE / 'plain_rewards.py'}:inverted_grader")
-    assert audit_rewards([inverted], str(path)).functions[0].verdict == "block"
+    assert audit_rewards([inverted], str(path)).functions[0].verdict == "blocking"
 
 
 @pytest.mark.slow
@@ -466,7 +466,7 @@ def test_a_negative_weight_inverts_the_total(data: dict[str, Path]) -> None:
     flipped = audit_rewards([clean, length], str(data["trl"]), weights=[-1.0, 1.0], probe_rows=6)
     messages = [f.message for a in flipped.functions for f in a.findings]
     assert [a.verdict for a in flipped.functions] == ["ok", "ok"], messages
-    assert flipped.total is not None and flipped.total.verdict == "block"
+    assert flipped.total is not None and flipped.total.verdict == "blocking"
     assert "inverted" in {f.kind for f in flipped.total.findings}
     right = audit_rewards([clean, length], str(data["trl"]), weights=[1.0, 1.0], probe_rows=6)
     assert right.total is not None and right.total.verdict == "ok" and right.exit_code == 0

@@ -49,11 +49,11 @@ def test_mixed_thinking_column_same_verdict_as_training(
 ) -> None:
     assert main(["preflight", str(_config(tiny, tmp_path, "mixed"))]) == 1
     out = capsys.readouterr().out
-    assert "template/thinking_flag_ignored" in out and "BLOCKING: training would stop" in out
+    assert "template/thinking_flag_ignored" in out and "blocking: training would stop" in out
     trainer, run = _train_start(make_grpo_trainer, "mixed")
     with pytest.raises(TemplateError, match=r"thinking_flag_ignored|global chat_template_kwargs"):
         trainer.train()
-    assert {f.kind for f in run.findings if f.severity == "error"} == {"thinking_flag_ignored"}
+    assert {f.kind for f in run.findings if f.severity == "blocking"} == {"thinking_flag_ignored"}
 
 
 def test_clean_data_passes_both(
@@ -63,7 +63,7 @@ def test_clean_data_passes_both(
     assert "ok: training would start" in capsys.readouterr().out
     trainer, run = _train_start(make_grpo_trainer, True)
     trainer.train()
-    assert not [f for f in run.findings if f.severity == "error"]
+    assert not [f for f in run.findings if f.severity == "blocking"]
 
 
 def test_guards_section_and_overrides_apply(tiny: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -85,7 +85,7 @@ def test_per_row_thinking_from_the_config_passes_both(
     )
     run = rl_guards.install(trainer, {"think_tags": {"per_row_thinking": True}})
     trainer.train()
-    assert not [f for f in run.findings if f.severity == "error"], run.summary()
+    assert not [f for f in run.findings if f.severity == "blocking"], run.summary()
     prompts = [trainer.processing_class.decode(ids) for ids in run.last_batch.prompt_ids if ids]
     assert any(p.rstrip().endswith("</think>") for p in prompts)  # non-thinking rows rendered with the empty block
     assert any(not p.rstrip().endswith("</think>") for p in prompts)  # thinking rows without it

@@ -16,6 +16,7 @@ from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 from rl_guards.collators.sft_masks import MaskCheckingCollator, assistant_markers
 from rl_guards.core import masks as M
 from rl_guards.errors import ConfigError, MaskingError
+from rl_guards.testing.logs import shows
 from rl_guards.testing.model import build_model
 from rl_guards.testing.tokenizer import build_tokenizer, chat_template_text
 
@@ -198,7 +199,7 @@ def test_collator_modes_and_sampling(qwen_tok: Any) -> None:
     assert "assistant_only_loss=True" in str(err.value)
 
     warn = MaskCheckingCollator(inner, qwen_tok, mode="warn", check_every=2)
-    with pytest.warns(UserWarning, match="prompt_trained"):
+    with shows("prompt_trained"):
         for _ in range(4):
             batch = warn(rows)
     assert warn.checked == 2 and warn.session.counts[("masking", M.PROMPT_TRAINED)] == 2

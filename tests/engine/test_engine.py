@@ -21,6 +21,7 @@ from rl_guards.errors import GuardError
 from rl_guards.guards.base import Guard, Reporter, RunContext
 from rl_guards.guards.dead_groups import DeadGroupGuard
 from rl_guards.guards.task_rewards import TaskRewardMonitor
+from rl_guards.testing.logs import shows
 
 
 class LongRows(Guard):
@@ -121,12 +122,12 @@ def test_a_raise_mode_violation_stops_after_every_guard_ran_and_logs_its_batch_f
         engine.process(_rows(3, [1.0, 0.0], [2, 11], ["a", "a"]))
     assert logged == [3]  # the failing batch's metrics are logged at its own step before the raise
     assert "rl_guards/long_rows/longest" in sunk[-1][1] and any(k.startswith("rl_guards_task/a/") for k in sunk[-1][1])
-    assert [(f.guard, f.kind, f.severity) for f in engine.session.findings] == [("long_rows", "too_long", "error")]
+    assert [(f.guard, f.kind, f.severity) for f in engine.session.findings] == [("long_rows", "too_long", "blocking")]
 
 
 def test_warn_mode_goes_on_and_counts() -> None:
     engine, _ = _engine([LongRows], {"truncation": {"mode": "warn"}})
-    with pytest.warns(UserWarning, match="longer than 10"):
+    with shows("longer than 10"):
         engine.process(_rows(1, [1.0, 0.0], [2, 11], ["a", "a"]))
     engine.process(_rows(2, [1.0, 0.0], [2, 12], ["a", "a"]))
     assert engine.session.counts[("long_rows", "too_long")] == 2
@@ -134,7 +135,7 @@ def test_warn_mode_goes_on_and_counts() -> None:
 
 def test_a_guards_own_bug_is_counted_and_its_features_read_as_zeros() -> None:
     engine, _ = _engine([BrokenScan, LongRows])
-    with pytest.warns(UserWarning, match="scan failed: ZeroDivisionError"):
+    with shows("scan failed: ZeroDivisionError"):
         batch = engine.process(_rows(1, [1.0, 0.0], [2, 3], ["a", "a"]))
     assert batch is not None and batch.features["broken/x"] == [0.0, 0.0]
     assert batch.features["long_rows/len"] == [2.0, 3.0]  # the guards after it still ran
@@ -142,7 +143,7 @@ def test_a_guards_own_bug_is_counted_and_its_features_read_as_zeros() -> None:
 
 def test_rows_a_driver_could_not_build_skip_the_batch_with_a_warning() -> None:
     engine, _ = _engine([LongRows])
-    with pytest.warns(UserWarning, match="batch guards skipped at step 4: ValueError: bad row"):
+    with shows("batch guards skipped at step 4: ValueError: bad row"):
         out = engine.process(LocalRows.failed(4, "train", 2, np.zeros((2, 1)), "ValueError: bad row"))
     assert out is None and engine.batches_seen == 0 and engine.guard("long_rows").seen == []
 
@@ -161,7 +162,7 @@ def test_the_state_round_trips_into_a_fresh_engine() -> None:
 
 def test_a_damaged_state_is_said_once_and_the_rest_restores() -> None:
     engine, _ = _engine([LongRows])
-    with pytest.warns(UserWarning, match="could not be restored in full"):
+    with shows("could not be restored in full"):
         restore_engine(engine, {"attributes": {"version": 1, "guards": {}, "session": "garbage", "batches_seen": 5}}, 7)
     assert engine.batches_seen == 5
     assert ("state", "state_not_restored") in engine.session.counts
@@ -199,7 +200,7 @@ def test_reward_errors_of_a_function_past_the_52nd_are_seen() -> None:
     rows.rewards = np.asarray([[np.nan if s[r] is None else s[r] for s in scores] for r in range(2)])
     rows.reward_names, rows.reward_weights = list(ctx.reward_func_names), [1.0] * 60
     rows.completions = completions
-    with pytest.warns(UserWarning, match="'f57' raised on 1 of 2 rows"):
+    with shows("'f57' raised on 1 of 2 rows"):
         engine.process(rows)
     assert [f.kind for f in engine.session.findings] == ["raised:f57"]
 

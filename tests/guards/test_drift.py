@@ -17,6 +17,7 @@ from rl_guards.core.think_markup import THINK
 from rl_guards.guards.drift import DriftGuard
 from rl_guards.rollouts.report import write_report
 from rl_guards.testing import make_dataset
+from rl_guards.testing.logs import shows
 from rl_guards.testing.rewards import arith_correct, completion_text, echo_match
 
 
@@ -129,7 +130,7 @@ def test_planted_drift_is_caught_with_evidence_and_clean_twin_is_silent(
 ) -> None:
     planted = _trainer(make_grpo_trainer, [pays_length], tmp_path / "planted")
     run = rl_guards.install(planted, CONFIG)
-    with pytest.warns(UserWarning, match="drifted"):
+    with shows("drifted"):
         planted.train()
     found = [f for f in run.findings if f.guard == "drift"]
     assert found, run.summary()
@@ -163,7 +164,7 @@ def test_a_checkpoint_within_the_first_reward_window_compares_the_reward_halves(
     config = {**CONFIG, "drift": {"mode": "warn", "reward_window": 12}}
     planted = _trainer(make_grpo_trainer, [pays_length], tmp_path / "planted")
     run = rl_guards.install(planted, config)
-    with pytest.warns(UserWarning, match="drifted"):
+    with shows("drifted"):
         planted.train()
     found = [f for f in run.findings if f.guard == "drift"]
     assert found and found[0].step <= 12 and "training reward rose" in found[0].message, run.summary()
@@ -266,7 +267,7 @@ def test_probe_failed_gives_the_fix_for_its_cause(
     guard.setup(RunContext(output_dir=str(tmp_path), train_dataset=make_dataset(n_per_task=2), probe_generate=generate,
                            decode=decode or (lambda ids: "x")))  # fmt: skip
     session = GuardSession()
-    with pytest.warns(UserWarning, match="probe_failed|Every rank skipped the probe"):
+    with shows("probe_failed|Every rank skipped the probe"):
         run_hook(guard, "on_train_begin", session, 0)
     [finding] = [f for f in session.findings if f.kind == "probe_failed"]
     assert fix in finding.message  # e1b9f62: "lower drift.prompts_per_task ... or free memory" for every cause

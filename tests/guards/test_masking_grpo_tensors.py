@@ -17,6 +17,7 @@ from rl_guards.errors import MaskingError
 from rl_guards.guards.base import GuardSession, RunContext, run_hook
 from rl_guards.guards.masks import GRPOMaskGuard
 from rl_guards.tensors.grpo_masks import check_grpo_batch, grpo_mask_flags, grpo_mask_row_kinds
+from rl_guards.testing.logs import shows
 
 PAD, EOS, EOT = 0, 2, 3  # EOT: a second end-of-turn id (like Qwen's <|endoftext|> next to <|im_end|>)
 EOS_IDS = [EOS, EOT]
@@ -296,7 +297,7 @@ def test_guard_samples_with_check_every_and_warns_in_warn_mode() -> None:
     guard, session = make_guard(mode="warn", check_every=2)
     bad = batch(CLEAN, width=6)
     bad["completion_mask"][2, 4:] = 1
-    with pytest.warns(UserWarning, match="padding"):
+    with shows("padding"):
         for step in range(4):
             run_hook(guard, "check_tensors", session, step, bad)
     assert guard.checked == 2 and session.counts[("masking", M.PADDING)] == 2

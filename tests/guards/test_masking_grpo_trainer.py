@@ -15,6 +15,7 @@ from rl_guards.core import masks as M
 from rl_guards.errors import MaskingError
 from rl_guards.guards.masks import GRPOMaskGuard
 from rl_guards.tensors.grpo_masks import check_grpo_batch
+from rl_guards.testing.logs import shows
 
 RAISE = {"masking": {"mode": "raise"}}
 
@@ -106,7 +107,7 @@ def test_warn_mode_counts_and_keeps_training(make_grpo_trainer: Any) -> None:
     trainer = make_grpo_trainer(max_steps=2, max_completion_length=12)
     capture(trainer, _unmask_after_eos)
     run = rl_guards.install(trainer, {"masking": {"mode": "warn", "check_every": 2}}, guards=[GRPOMaskGuard])
-    with pytest.warns(UserWarning, match="post_eos"):
+    with shows("post_eos"):
         trainer.train()
     assert trainer.state.global_step == 2
     guard = run.guard("masking")

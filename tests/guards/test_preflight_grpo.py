@@ -12,11 +12,11 @@ from datasets import Dataset
 
 import rl_guards
 from rl_guards.errors import PreflightError
-from rl_guards.guards.base import RLGuardsWarning
 from rl_guards.guards.preflight import WANDB_REPORT_KEY, WANDB_TABLE_KEY, PreflightGuard
 from rl_guards.guards.task_rewards import TaskRewardMonitor
 from rl_guards.sweeps.lr_sweep import reward_curves, run_lr_sweep
 from rl_guards.testing import make_dataset, tiny_grpo_config
+from rl_guards.testing.logs import shows
 from rl_guards.testing.rewards import arith_correct, echo_match, length_penalty
 from rl_guards.testing.wandb_offline import find_offline_runs, read_offline_run
 
@@ -67,7 +67,7 @@ def _warn_mode_run(tiny: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     )
     trainer = _trainer(tiny, args, eval_dataset=_thinking_eval(tiny))
     run = rl_guards.install(trainer, {"preflight": {"mode": "warn"}}, guards=[PreflightGuard])
-    with pytest.warns(RLGuardsWarning, match="eval_template_mismatch"):
+    with shows("eval_template_mismatch"):
         trainer.train()
     import wandb
 

@@ -19,6 +19,7 @@ from rl_guards.guards.preflight import PreflightGuard
 from rl_guards.guards.task_rewards import TaskRewardMonitor
 from rl_guards.guards.think_tags import ThinkTagsGuard
 from rl_guards.testing import make_dataset
+from rl_guards.testing.logs import shows
 
 
 def _mix(thinking_share: float, rows: int, task: str = "a") -> list[tuple[str, bool, bool, str]]:
@@ -90,7 +91,7 @@ def test_missing_task_column_names_the_task_like_column(make_grpo_trainer: Any) 
     data = make_dataset().rename_column("task", "category")
     trainer = make_grpo_trainer(train_dataset=data, max_steps=1, reward_funcs=[_always_zero])
     run_ = rl_guards.install(trainer, guards=[TaskRewardMonitor])
-    with pytest.warns(UserWarning, match="tasks.task_column: category"):
+    with shows("tasks.task_column: category"):
         trainer.train()
     assert [f.kind for f in run_.findings] == ["task_column_missing"]
     assert "'arith', 'echo'" in run_.findings[0].message
@@ -105,7 +106,7 @@ def test_preflight_warnings_are_warned(make_grpo_trainer: Any) -> None:
     # a warm-up that transformers' constant schedule ignores: a misconfiguration the preflight warns about
     trainer = make_grpo_trainer(max_steps=1, lr_scheduler_type="constant", warmup_steps=2)
     run_ = rl_guards.install(trainer, guards=[PreflightGuard])
-    with pytest.warns(UserWarning, match="preflight"):
+    with shows("preflight"):
         trainer.train()
     warned = [f for f in run_.findings if f.severity == "warning"]
     assert warned and all(f.guard == "preflight" for f in warned)

@@ -7,16 +7,15 @@ warns once with the column, its value counts and the fix, and its single-task tw
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import pytest
 
 import rl_guards
 from rl_guards.core.task_labels import constant_task_column
-from rl_guards.guards.base import RLGuardsWarning
 from rl_guards.guards.task_rewards import TaskRewardMonitor
 from rl_guards.testing import make_dataset
+from rl_guards.testing.logs import shows
 from rl_guards.testing.rewards import arith_correct, echo_match
 
 SOURCES = ("gsm8k", "math", "code_contests")
@@ -82,7 +81,7 @@ def _relabelled(n_per_task: int) -> Any:
 def test_grpo_run_warns_once_with_the_column_and_its_counts(make_grpo_trainer: Any) -> None:
     trainer = make_grpo_trainer(train_dataset=_relabelled(40), max_steps=1, reward_funcs=[arith_correct, echo_match])
     run = rl_guards.install(trainer, guards=[TaskRewardMonitor])
-    with pytest.warns(UserWarning, match="tasks.task_column: data_source"):
+    with shows("tasks.task_column: data_source"):
         trainer.train()
     assert [f.kind for f in run.findings] == ["task_column_constant"]
     message = run.findings[0].message
@@ -110,9 +109,9 @@ def test_label_like_metadata_under_other_names_is_a_note_not_a_warning(make_grpo
         data = data.remove_columns("task")
     trainer = make_grpo_trainer(train_dataset=data, max_steps=1, reward_funcs=[arith_correct])
     run = rl_guards.install(trainer, guards=[TaskRewardMonitor])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RLGuardsWarning)
+    with shows(None) as nothing_said:
         trainer.train()
+    assert not nothing_said.messages
     assert run.findings == []
     kind = "task_column_missing" if drop_task else "task_column_constant"
     note = run.session.notes[("tasks", kind)]

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any
 
 import pytest
 
 from rl_guards.chat.markup import markup_from_config, tag_token_ids, tags_are_special
 from rl_guards.config import GuardsConfig
+from rl_guards.console import capture
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.core.think_markup import ALL_CODES, GEMMA4, GPTOSS, THINK, ThinkMarkup
 from rl_guards.errors import ThinkMarkupError
-from rl_guards.guards.base import GuardSession, RLGuardsWarning, RunContext
+from rl_guards.guards.base import GuardSession, RunContext
 from rl_guards.guards.think_tags import ThinkTagsGuard, display_text
 
 OK = "<think>reason</think>\n\n4"
@@ -157,8 +157,7 @@ def test_violation_modes(mode: str, outcome: str) -> None:
     config = GuardsConfig.from_dict({"think_tags": {"mode": mode, "max_anomaly_rate": 0.25}})
     long_thinking = "<think>" + "step " * 400 + "</think>x</think>y"
     batch = make_batch([(long_thinking, True, False, "math"), (OK, False, False, "chat"), (OK, True, False, "math")])
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with capture() as caught:
         if outcome == "raises":
             with pytest.raises(ThinkMarkupError) as info:
                 run_guard(batch, config)
@@ -167,7 +166,7 @@ def test_violation_modes(mode: str, outcome: str) -> None:
             _, session = run_guard(batch, config)
             message = session.findings[-1].message
             assert session.counts[("think_tags", "anomaly_rate")] == 1
-    ours = [w for w in caught if issubclass(w.category, RLGuardsWarning)]
+    ours = caught.messages
     assert len(ours) == (1 if outcome == "warns" else 0)
     assert "2/3 completions" in message and "max_anomaly_rate=0.25" in message
     assert "row 0 (task 'math', thinking)" in message and "stray_close, tag_in_answer" in message

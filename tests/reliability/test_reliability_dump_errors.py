@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from _rollouts_data import Harness, make_batch
 
 import rl_guards
 from rl_guards.cli.main import main as cli
-from rl_guards.guards.base import RLGuardsWarning
+from rl_guards.console import capture
 from rl_guards.rollouts.reader import RolloutStore
 from rl_guards.rollouts.store import INDEX_FILE, TOKENIZER_FILE
 
@@ -31,8 +30,7 @@ def test_unwritable_dump_folder_keeps_training(make_grpo_trainer: Any, tmp_path:
     folder = blocker / "rollouts"
     trainer = make_grpo_trainer(max_steps=MAX_STEPS)
     run = rl_guards.install(trainer, {"rollouts": {"every_steps": 1, "output_dir": str(folder), "mode": "warn"}})
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with capture() as caught:
         trainer.train()
 
     assert trainer.state.global_step == MAX_STEPS
@@ -44,9 +42,9 @@ def test_unwritable_dump_folder_keeps_training(make_grpo_trainer: Any, tmp_path:
     ]
     # Failed writes so far; the writer reports in the background, the last step's by the final log at the latest.
     assert logged == sorted(logged) and logged[-1] == MAX_STEPS
-    dump_warnings = [w for w in caught if issubclass(w.category, RLGuardsWarning) and "rollouts" in str(w.message)]
-    assert len(dump_warnings) == 1, [str(w.message) for w in dump_warnings]  # warned once, then only counted
-    message = str(dump_warnings[0].message)
+    dump_warnings = [m for m in caught.messages if "rollouts" in m]
+    assert len(dump_warnings) == 1, dump_warnings  # warned once, then only counted
+    message = dump_warnings[0]
     assert str(folder) in message and "Training goes on" in message and "rollouts.output_dir" in message
     assert blocker.read_text() == "not a folder\n" and not folder.exists()
     assert not any(f.kind == "internal_error" for f in run.session.findings)
@@ -100,8 +98,7 @@ def test_a_dump_folder_removed_mid_run_is_made_again_and_warned_once(tmp_path: P
     h.begin(0)
     h.batch(make_batch(0))
     h.batch(make_batch(1))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with capture() as caught:
         shutil.rmtree(folder)  # removed under the running job
         h.batch(make_batch(2))
         shutil.rmtree(folder)  # and again
@@ -109,7 +106,7 @@ def test_a_dump_folder_removed_mid_run_is_made_again_and_warned_once(tmp_path: P
         h.batch(make_batch(4))
     assert RolloutStore(tmp_path).steps() == [3, 4]  # every dump after the removals is on disk
     assert h.session.counts[("rollouts", "folder_removed")] == 2  # e1b9f62: 0, not a word
-    said = [str(w.message) for w in caught if issubclass(w.category, RLGuardsWarning)]
+    said = caught.messages
     assert len(said) == 1, said  # warned once, then counted
     assert f"{folder} was removed while the run was writing to it (the dumps of steps [0, 1] went with it)" in said[0]
     assert "the dump of step 2 and every later one are written there" in said[0] and "rollouts.output_dir" in said[0]

@@ -17,10 +17,10 @@ import rl_guards
 from rl_guards.core.metric_keys import OTHER_SEGMENT, parse_task_metric_key
 from rl_guards.core.run_summary import task_curves
 from rl_guards.errors import MaskingError
-from rl_guards.guards.base import RLGuardsWarning
 from rl_guards.rollouts.reader import RolloutStore
 from rl_guards.rollouts.store import read_dump_metadata, retag_dump, step_file_name
 from rl_guards.testing import make_dataset
+from rl_guards.testing.logs import shows
 from rl_guards.testing.rewards import length_penalty
 
 pytestmark = pytest.mark.slow
@@ -137,7 +137,7 @@ def test_task_names_that_once_collided_keep_their_own_curves(make_grpo_trainer: 
 def test_per_task_metrics_are_capped_and_the_cap_is_said_once(make_grpo_trainer: Any, tmp_path: Path) -> None:
     names = [f"task{i:02d}" for i in range(12)]
     trainer = make_grpo_trainer(train_dataset=_task_dataset(names * 2), reward_funcs=[length_penalty], max_steps=6)
-    with pytest.warns(RLGuardsWarning, match="tasks.max_tasks=3"):
+    with shows("tasks.max_tasks=3"):
         run = rl_guards.install(trainer, {"tasks": {"max_tasks": 3}, "rollouts": {"wandb_rows_per_task": 0}})
         trainer.train()
     segments = {

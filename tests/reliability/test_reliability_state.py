@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -20,8 +19,9 @@ from typing import Any, ClassVar
 import pytest
 
 import rl_guards
+from rl_guards.console import capture
 from rl_guards.core.batch import RolloutBatch
-from rl_guards.guards.base import Guard, Reporter, RLGuardsWarning
+from rl_guards.guards.base import Guard, Reporter
 from rl_guards.trl.state import GuardRunState
 
 pytestmark = pytest.mark.slow
@@ -45,9 +45,9 @@ def _attributes(checkpoint: Path) -> dict[str, Any]:
     return saved["attributes"]
 
 
-def _state_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
+def _state_warnings(caught: Any) -> list[str]:
     """rl_guards' warnings about state it could not save or restore."""
-    said = [str(w.message) for w in caught if issubclass(w.category, RLGuardsWarning)]
+    said = caught.messages
     return [m for m in said if "could not be saved" in m or "could not be restored" in m]
 
 
@@ -88,8 +88,7 @@ def test_a_checkpoint_written_without_rl_guards_resumes_with_it(make_grpo_traine
     assert not [k for k in json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())["stateful_callbacks"]
                 if k.startswith("GuardRun")]  # fmt: skip
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with capture() as caught:
         run = _resume(make_grpo_trainer, out, out / "checkpoint-2")  # 437f4ff: KeyError: 'GuardRun' at step 4
     assert run.batches_seen == 2
     assert _attributes(out / "checkpoint-4")["batches_seen"] == 2  # the next checkpoint is complete
@@ -181,8 +180,7 @@ def test_a_damaged_section_is_said_once_and_started_fresh(
     shutil.copytree(guarded_checkpoint, out / "checkpoint-2")
     damage_checkpoint(out / "checkpoint-2", damage)
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with capture() as caught:
         # 437f4ff: most raise here, at resume
         run = _resume(make_grpo_trainer, out, out / "checkpoint-2", restore_callback_states_from_checkpoint=restore)
     said = _state_warnings(caught)
@@ -205,8 +203,7 @@ def test_a_second_damaged_resume_is_said_again(
     damage_checkpoint(out / "checkpoint-2", _wrong_type)
     _resume(make_grpo_trainer, out, out / "checkpoint-2")  # checkpoint-4's session: that warning was shown
     damage_checkpoint(out / "checkpoint-4", _wrong_type)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with capture() as caught:
         run = _resume(make_grpo_trainer, out, out / "checkpoint-4", max_steps=5)
     assert len(_state_warnings(caught)) == 1  # about this resume, not a repeat of the last one's
     assert run.session.counts[("state", "state_not_restored")] == 2
@@ -257,8 +254,7 @@ def test_a_guard_whose_state_cannot_be_saved_is_skipped(make_grpo_trainer: Any, 
     out = tmp_path / "run"
     trainer = make_grpo_trainer(output_dir=out, max_steps=2, save_strategy="steps", save_steps=1)
     run = rl_guards.install(trainer, CONFIG, guards=[CountingGuard, UnsaveableGuard, NotJsonGuard])
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with capture() as caught:
         trainer.train()  # 437f4ff: UnicodeEncodeError at the first checkpoint
     said = _state_warnings(caught)
     assert len(said) == 2 and "unsaveable" in said[0] and "not_json" in said[1], said  # once each, not per checkpoint

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from rl_guards.console import capture
 from rl_guards.core.think_markup import GEMMA4
 from rl_guards.errors import ConfigError
-from rl_guards.guards.base import RLGuardsWarning
 from rl_guards.rewards.blind_judge import (
     LEAK_METRIC,
     AsyncBlindJudge,
@@ -21,6 +21,7 @@ from rl_guards.rewards.blind_judge import (
     check_judge_inputs,
     has_markup,
 )
+from rl_guards.testing.logs import shows
 
 SEEN: list[Any] = []
 
@@ -86,9 +87,9 @@ def test_tool_messages_untouched() -> None:
         {"role": "tool", "content": "<think> is literal here"},
         {"role": "assistant", "content": "<think>more</think>done"},
     ]
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RLGuardsWarning)  # a tag quoted in a tool result is no leak
+    with shows(None) as nothing_said:  # a tag quoted in a tool result is no leak
         blind_judge(recording_judge)(completions=[completion])
+    assert not nothing_said.messages
     seen = SEEN[-1]["completions"][0]
     assert [m["content"] for m in seen] == ["", "<think> is literal here", "done"]
     assert seen[0]["tool_calls"] == [{"name": "f"}]
@@ -136,16 +137,15 @@ def test_check_only_passes_text_and_warns_once() -> None:
     judge = blind_judge(recording_judge, check_only=True)
     assert isinstance(judge, BlindJudge)
     completions = ["<think>s</think>4", "4", "<THINK>s</THINK>4", "5"]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with capture() as caught:
         judge(completions=completions, log_metric=lambda k, v: logged.setdefault(k, []).append(v))
         judge(completions=completions, completion_ids=[[1]] * 4)
     assert SEEN[0]["completions"] == completions  # unchanged
     assert SEEN[1]["completion_ids"] == [[1]] * 4  # check_only passes ids through
     assert logged == {LEAK_METRIC: [0.5]}
     assert judge.leaks_seen == 4
-    ours = [w for w in caught if issubclass(w.category, RLGuardsWarning)]
-    assert len(ours) == 1 and "recording_judge" in str(ours[0].message) and "2/4" in str(ours[0].message)
+    ours = caught.messages
+    assert len(ours) == 1 and "recording_judge" in ours[0] and "2/4" in ours[0]
 
 
 def test_stripping_mode_reports_residual_leaks() -> None:

@@ -14,6 +14,7 @@ from rl_guards.errors import RewardFunctionError
 from rl_guards.rewards.row_errors import RowErrorLog, catch_row_errors
 from rl_guards.rollouts.store import read_dump_metadata
 from rl_guards.testing import make_dataset
+from rl_guards.testing.logs import shows
 from rl_guards.testing.rewards import arith_correct, completion_text, echo_match
 
 
@@ -41,7 +42,7 @@ def _trainer(make_grpo_trainer: Any, funcs: list[Any], **overrides: Any) -> Any:
 def test_warn_keeps_the_run_and_scores_the_rows_none(make_grpo_trainer: Any) -> None:
     trainer = _trainer(make_grpo_trainer, [strict_int, arith_correct, echo_match])
     run = rl_guards.install(trainer)
-    with pytest.warns(UserWarning, match="strict_int"):
+    with shows("strict_int"):
         trainer.train()
     finding = next(f for f in run.findings if f.kind == "raised:strict_int")
     assert "raised on 4 of 8 rows" in finding.message and "cannot parse" in finding.message
@@ -119,7 +120,7 @@ def test_rows_a_routed_function_raised_on_belong_to_reward_errors_not_routing(ma
 
     trainer = _trainer(make_grpo_trainer, route({"arith": [picky_arith], "echo": [echo_match]}))
     run = rl_guards.install(trainer)  # default config: routing raise, reward_errors warn
-    with pytest.warns(UserWarning, match="picky_arith"):
+    with shows("picky_arith"):
         trainer.train()
     assert trainer.state.global_step == 2
     kinds = {(f.guard, f.kind) for f in run.findings}

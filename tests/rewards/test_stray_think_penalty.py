@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import math
 import pickle
-import warnings
 from typing import Any
 
 import pytest
 
 from rl_guards.config import GuardsConfig, StrayThinkPenaltyConfig
+from rl_guards.console import capture
 from rl_guards.core.completions import completion_text
 from rl_guards.core.think_markup import ALL_CODES, GEMMA4
 from rl_guards.errors import ConfigError
-from rl_guards.guards.base import RLGuardsWarning
 from rl_guards.rewards.stray_think import StrayThinkPenalty
 
 OK = "<think>reason</think>\n\n4"
@@ -146,14 +145,13 @@ def test_constructor_errors() -> None:
 
 
 def test_warn_mode_warns_once() -> None:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with capture() as caught:
         penalty = StrayThinkPenalty(mode="warn")
         penalty([OK], enable_thinking=[False])
         penalty([OK], enable_thinking=[False])
         StrayThinkPenalty(mode="log")([OK], enable_thinking=[False])
-    ours = [w for w in caught if issubclass(w.category, RLGuardsWarning)]
-    assert len(ours) == 1 and "tag_in_nonthinking" in str(ours[0].message)
+    ours = caught.messages
+    assert len(ours) == 1 and "tag_in_nonthinking" in ours[0]
 
 
 def test_pickle_round_trip() -> None:

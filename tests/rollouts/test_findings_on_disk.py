@@ -18,6 +18,7 @@ from rl_guards.engine.findings_file import FindingsFile
 from rl_guards.errors import GuardError
 from rl_guards.guards.base import GuardSession
 from rl_guards.rollouts.findings import FINDINGS_FILE, find_findings_file, load_findings
+from rl_guards.testing.logs import shows
 
 
 def _lines(folder: Path) -> list[dict[str, Any]]:
@@ -31,7 +32,7 @@ def test_findings_are_appended_as_they_happen_and_read_back_per_kind(tmp_path: P
     file.begin(0)
     assert not folder.exists()  # a healthy run writes nothing
     warn = session.reporter("think_tags", GuardConfig(mode="warn"), 3)
-    with pytest.warns(UserWarning):
+    with shows():
         warn.violation("stray_close", "2 stray </think> at step 3")
     assert [(r["type"], r.get("kind"), r.get("count")) for r in _lines(folder)] == [
         ("begin", None, None),
@@ -146,7 +147,7 @@ def test_a_stopped_run_leaves_its_findings_and_stop_reason_next_to_the_dumps(sto
     assert "planted reward failure" in log.stop["message"]
     first = log.findings[0]
     assert (first["guard"], first["severity"], first["first_step"], first["count"]) == (
-        "reward_errors", "error", STOP_STEP, 1
+        "reward_errors", "blocking", STOP_STEP, 1
     )  # fmt: skip
     assert first["kind"] == log.stop["kind"]
 

@@ -11,7 +11,6 @@ import pytest
 from _rollouts_data import GROUPS, Harness, make_batch
 
 from rl_guards.errors import GuardError
-from rl_guards.guards.base import RLGuardsWarning
 from rl_guards.rollouts.reader import RolloutStore
 from rl_guards.rollouts.store import (
     INDEX_FILE,
@@ -21,6 +20,7 @@ from rl_guards.rollouts.store import (
     read_dump_metadata,
     step_file_name,
 )
+from rl_guards.testing.logs import shows
 
 
 def _folder(tmp_path: Path) -> Path:
@@ -163,11 +163,11 @@ def test_unwritable_folder_warns_once_counts_and_goes_on(tmp_path: Path) -> None
     blocker = tmp_path / "not_a_dir"
     blocker.write_text("a file where the dump folder should be")
     h = Harness(str(tmp_path), every_steps=1, output_dir=str(blocker / "rollouts"))
-    with pytest.warns(RLGuardsWarning, match="write_failed|could not write") as caught:
+    with shows("write_failed|could not write") as caught:
         h.begin(0)
         h.batch(make_batch(0))
         h.batch(make_batch(1))
-    assert len([w for w in caught if issubclass(w.category, RLGuardsWarning)]) == 1  # warned once
+    assert len(caught.messages) == 1  # warned once
     assert h.metric("write_errors") == [1.0, 2.0]  # failed writes so far
     assert h.session.counts[("rollouts", "write_failed")] == 2
     assert "rollouts.output_dir" in h.session.findings[0].message
@@ -188,7 +188,7 @@ def test_failed_replace_keeps_the_old_state_and_leaves_no_temp(tmp_path: Path) -
     folder = _folder(tmp_path)
     index_before = (folder / INDEX_FILE).read_text()
     (folder / step_file_name(1)).mkdir()  # the rename onto the step file fails after the temp file is complete
-    with pytest.warns(RLGuardsWarning, match="could not write the rollouts of step 1"):
+    with shows("could not write the rollouts of step 1"):
         h.batch(make_batch(1))
     assert h.metric("write_errors") == [1.0] and h.metric("dumped_rows") == [6.0]
     assert not [p for p in folder.iterdir() if ".tmp-" in p.name]
@@ -201,7 +201,7 @@ def test_index_failure_keeps_the_dump_and_the_next_start_rebuilds_the_index(tmp_
     folder = _folder(tmp_path)
     (folder / INDEX_FILE).unlink()
     (folder / INDEX_FILE).mkdir()  # the index cannot be replaced
-    with pytest.warns(RLGuardsWarning, match="could not update"):
+    with shows("could not update"):
         h.batch(make_batch(1))
     assert h.metric("write_errors") == [1.0]
     assert (folder / step_file_name(1)).is_file()  # the dump itself is complete

@@ -10,6 +10,7 @@ from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 from rl_guards.collators.empty_think import EMPTY_THINK_TRAINED, IGNORE_INDEX, EmptyThinkMasker
 from rl_guards.errors import ConfigError, MaskingError
 from rl_guards.testing import build_tokenizer
+from rl_guards.testing.logs import shows
 
 QA = [("What is 3+4?", "7"), ("Repeat the word: apple", "apple")]
 
@@ -36,7 +37,7 @@ def collator(tok: Any) -> DataCollatorForLanguageModeling:
 def test_audit_reports_trained_blocks_and_leaves_labels_alone(tok: Any) -> None:
     audit = EmptyThinkMasker(collator(tok), tok, {"enable_thinking": False}, check_only=True)
     rows = features(tok, [False, False])
-    with pytest.warns(UserWarning, match="empty think block"):
+    with shows("empty think block"):
         batch = audit(rows)
     assert audit.trained_blocks == 2 and audit.masked == 0
     assert [(f.kind, f.severity) for f in audit.session.findings] == [(EMPTY_THINK_TRAINED, "warning")]

@@ -39,7 +39,7 @@ class CookbookRun:
     backend: Any
     metrics: list[dict[str, Any]] = field(default_factory=list)
 
-    def kinds(self, severities: tuple[str, ...] = ("error", "warning")) -> set[tuple[str, str]]:
+    def kinds(self, severities: tuple[str, ...] = ("blocking", "warning")) -> set[tuple[str, str]]:
         """(guard, kind) of the findings at these severities."""
         return {(f.guard, f.kind) for f in self.run.findings if f.severity in severities}
 

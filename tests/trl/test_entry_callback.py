@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import rl_guards
-from rl_guards.guards.base import RLGuardsWarning
+from rl_guards.testing.logs import shows
 from rl_guards.trl.callback import GuardsCallback
 from rl_guards.trl.hook import GuardRun
 
@@ -48,10 +48,10 @@ def test_callback_without_a_trainer_says_exactly_what_is_off(tiny: Any, tmp_path
 
     callback = GuardsCallback()
     args = tiny_grpo_config(tmp_path)
-    with pytest.warns(RLGuardsWarning, match="only the start-of-training checks run") as caught:
+    with shows("only the start-of-training checks run") as caught:
         # A custom loop dispatching the event itself: no transformers.Trainer on the stack.
         callback.on_train_begin(args, TrainerState(), TrainerControl(), processing_class=tiny.tokenizer)
-    message = str(caught[0].message)
+    message = caught.messages[0]
     for name in ("masking", "think_tags", "dead_groups", "rollouts", "truncation", "routing"):
         assert name in message.split("Off:")[1]
     assert "rl_guards.install(trainer, config)" in message and callback.run is None

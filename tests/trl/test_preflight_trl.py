@@ -13,9 +13,10 @@ from datasets import Dataset
 
 from rl_guards.chat.preflight import build_preflight_report, template_fingerprint
 from rl_guards.config import GuardsConfig
+from rl_guards.console import capture
 from rl_guards.core.preflight import TrainingChoices
 from rl_guards.errors import PreflightError
-from rl_guards.guards.base import GuardSession, RLGuardsWarning, RunContext
+from rl_guards.guards.base import GuardSession, RunContext
 from rl_guards.guards.preflight import PreflightGuard
 from rl_guards.testing import build_tokenizer, make_dataset, tiny_grpo_config
 
@@ -154,14 +155,14 @@ def _guard(mode: str, tmp_path: Path, tokenizer: Any, train: Dataset, eval_ds: D
 
 
 def test_guard_raise_mode_stops_on_blocking(
-    tmp_path: Path, tokenizer: Any, train: Dataset, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, tokenizer: Any, train: Dataset, caplog: pytest.LogCaptureFixture
 ) -> None:
     guard = _guard("raise", tmp_path, tokenizer, train, _prerendered_eval(tokenizer, train, enable_thinking=True))
     session = GuardSession()
     with pytest.raises(PreflightError, match="eval_template_mismatch") as info:
         guard.on_train_begin(session.reporter("preflight", guard.config, 0))
     assert "-<think>↵" in str(info.value) and info.value.guard == "preflight"
-    assert "rl_guards preflight: 1 blocking" in capsys.readouterr().out
+    assert "[rl_guards] preflight: 1 blocking" in caplog.text  # the one summary line (the report: preflight.txt)
     assert session.metrics["rl_guards/preflight/blocking"] == [1.0]
 
 
@@ -169,10 +170,9 @@ def test_guard_raise_mode_stops_on_blocking(
 def test_guard_warn_and_log_modes_do_not_stop(tmp_path: Path, tokenizer: Any, train: Dataset, mode: str) -> None:
     guard = _guard(mode, tmp_path, tokenizer, train, _prerendered_eval(tokenizer, train, enable_thinking=True))
     session = GuardSession()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with capture() as caught:
         guard.on_train_begin(session.reporter("preflight", guard.config, 0))
-    ours = [w for w in caught if issubclass(w.category, RLGuardsWarning)]
+    ours = caught.messages
     # warn: the blocking finding and each warning row, once each; log: nothing shown
     assert len(ours) == (1 + len(guard.last_report.warnings) if mode == "warn" else 0)
     assert session.counts[("preflight", "eval_template_mismatch")] == 1

@@ -16,7 +16,8 @@ import rl_guards
 from rl_guards.cli.main import main
 from rl_guards.config import GuardsConfig
 from rl_guards.engine.start_checks import context_without_trainer, run_start_checks, start_check_classes
-from rl_guards.guards.base import GuardSession, RLGuardsWarning
+from rl_guards.guards.base import GuardSession
+from rl_guards.testing.logs import shows
 from rl_guards.trl.callback import GuardsCallback
 
 CONFIG = {"template": {"mode": "warn"}, "rollouts": {"wandb_rows_per_task": 0}}
@@ -55,7 +56,7 @@ def test_the_three_routes_run_the_same_start_checks(make_grpo_trainer: Any, tiny
     # GuardsCallback where it cannot install (a custom loop dispatching the event: no Trainer on the stack)
     callback = GuardsCallback(CONFIG)
     loader = DataLoader(_planted(), batch_size=2, collate_fn=list)
-    with pytest.warns(RLGuardsWarning, match="only the start-of-training checks run"):
+    with shows("only the start-of-training checks run"):
         callback.on_train_begin(
             tiny_grpo_config(tmp_path / "loop"), TrainerState(), TrainerControl(),
             processing_class=tiny.load_tokenizer(), train_dataloader=loader,

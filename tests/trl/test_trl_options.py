@@ -7,14 +7,13 @@ each checkpoint."""
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import rl_guards
-from rl_guards.guards.base import RLGuardsWarning
+from rl_guards.console import capture
 from rl_guards.testing import make_dataset
 
 NO_SYSTEM_ROLE = (
@@ -90,12 +89,11 @@ def test_every_guard_works_with_the_trl_option(
         pytest.skip(f"this TRL/transformers cannot run {case}: {exc}")
     run = rl_guards.install(trainer, {"drift": {"mode": "warn"}})
     assert not run.unavailable
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", RLGuardsWarning)
+    with capture() as caught:
         trainer.train()
     internal = [f for f in run.findings if f.kind == "internal_error" or "internal" in f.kind]
     assert not internal, [f.message for f in internal]
-    said = [str(w.message) for w in caught if issubclass(w.category, RLGuardsWarning)]
+    said = caught.messages
     failed = [text for text in said if " failed: " in text]
     assert not failed, failed
     assert not any(key[1] == "internal_error" for key in run.session.counts), run.summary()

@@ -151,7 +151,7 @@ def test_a_stop_leaves_an_alert_the_finding_and_the_failing_batch_in_wandb(
     [alert] = [a for a in run.alerts if a["title"] == "rl_guards: masking/post_eos"]
     assert alert["level"] == "ERROR" and "post_eos" in alert["text"] and "⟨!" in alert["text"]  # decoded rows
     # generated at global step 2: TRL's step 3, the step it was to be trained in
-    assert run.summary["rl_guards/findings/masking/post_eos"] == {"severity": "error", "count": 1, "first_step": 3}
+    assert run.summary["rl_guards/findings/masking/post_eos"] == {"severity": "blocking", "count": 1, "first_step": 3}
     assert run.summary["rl_guards/stopped_by"] == "masking/post_eos at step 3"
     violating = [v for _, v in run.series("rl_guards/masking/violating_rows")]
     assert violating and violating[-1] > 0  # the failing batch's metrics, logged before the raise
