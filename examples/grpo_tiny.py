@@ -102,20 +102,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if trainer.accelerator.is_main_process:
         out = Path(grpo_args.output_dir)
-        print()
-        print(run.summary())
-        print(f"\ntrained {trainer.state.global_step} steps in {elapsed:.1f} s")
-        if "probes" in {g.name for g in run.guards}:
-            probes = run.guard("probes")
-            extra = probes.extra_calls + probes.first_calls
-            print(
-                f"reward probes: {probes.probes_run} probe(s), {extra:.0f} extra reward calls = "
-                f"{extra / max(probes.run_calls, 1):.1%} of the run's {probes.run_calls:.0f} "
-                f"({probes.extra_calls / max(probes.run_calls, 1):.1%} after the first probe)"
-            )
-        print(f"rollout dumps: {out / 'rl_guards' / 'rollouts'}")
-        print(f"read them:     rl-guards rollouts {out} list")
-        print(f"HTML report:   rl-guards report {out}")
+        print(run.summary())  # the findings table, the per-task curves, what the reward probes covered
+        print(f"trained {trainer.state.global_step} steps in {elapsed:.1f} s; rollout dumps in {out / 'rl_guards'}")
+        print(f"read them: rl-guards rollouts {out} list; HTML report: rl-guards report {out}")
         print(f"W&B (offline): {os.environ.get('WANDB_DIR', '.')}/wandb/ (sync later with `wandb sync`)")
     import wandb
 

@@ -316,16 +316,16 @@ class DriftConfig(GuardConfig):
     seed: int = 0  # picks the probe prompts (from eval_dataset when there is one, else the train set)
     reward_margin: float = 0.05  # the alarm needs the task's training reward up by this much since the start
     reward_window: int = 5  # train batches averaged for the start and the recent training reward
-    length_ratio: float = 2.0  # behaviour thresholds: see rl_guards.core.behaviour.Thresholds
-    thinking_length_ratio: float = 2.0
-    thinking_length_floor: float = 32.0  # characters the thinking must move by as well
-    repetition_rise: float = 0.2
-    distinct_drop: float = 0.3
-    thinking_share_drop: float = 0.5
-    empty_answer_rise: float = 0.3
-    anomaly_rise: float = 0.3
-    terminated_drop: float = 0.3
-    non_ascii_rise: float = 0.2
+    length_ratio: float = 2.0  # mean completion length x this (or / this) counts as drift
+    thinking_length_ratio: float = 2.0  # mean thinking length (characters) x this (or / this) counts as drift,
+    thinking_length_floor: float = 32.0  # and by at least this many characters as well
+    repetition_rise: float = 0.2  # absolute rise of the repeated 4-gram share
+    distinct_drop: float = 0.3  # absolute drop of distinct-2 across a group
+    thinking_share_drop: float = 0.5  # absolute drop of the share of completions with a think block
+    empty_answer_rise: float = 0.3  # absolute rise of the empty-answer rate
+    anomaly_rise: float = 0.3  # absolute rise of the think-markup anomaly rate
+    terminated_drop: float = 0.3  # absolute drop of the share ending with EOS (more hit the length cap)
+    non_ascii_rise: float = 0.2  # absolute rise of the non-ASCII share (a script change)
 
     def validate(self, prefix: str) -> None:
         super().validate(prefix)
@@ -374,13 +374,30 @@ class EngineConfig(_Checked):
     checkpoint) rather than before its loss. ``background: false`` decides before the loss, on the training thread,
     waiting for every rank. One process always decides before the loss: there is no rank to wait for."""
 
-    background: bool = True
+    background: bool = True  # with several ranks: decide each batch on a background thread while the step trains
 
     def __post_init__(self) -> None:
         self._ready_now()
 
     def validate(self, prefix: str) -> None:
         """Nothing to check beyond the field's type."""
+
+
+@dataclass
+class ConsoleConfig(_Checked):
+    """What rl_guards prints (all of it on the ``rl_guards`` logger, :mod:`rl_guards.console`). By default: one
+    preflight summary line (the full report is written next to the findings), each warning and blocking finding once
+    in full, a status line when the status changes or every ``status_every`` steps, the findings table at the end."""
+
+    verbose: bool = False  # also the full preflight report, info findings, notes, and a status line at every log
+    status_every: int = 10  # a status line at least every N steps, even when nothing changed
+
+    def __post_init__(self) -> None:
+        self._ready_now()
+
+    def validate(self, prefix: str) -> None:
+        """Raise ConfigError naming ``prefix.status_every`` for an invalid value."""
+        _check_positive(prefix, "status_every", self.status_every)
 
 
 @dataclass
@@ -405,6 +422,7 @@ class GuardsConfig:
     drift: DriftConfig = field(default_factory=DriftConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
+    console: ConsoleConfig = field(default_factory=ConsoleConfig)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -475,8 +493,8 @@ class GuardsConfig:
 
     @classmethod
     def guard_sections(cls) -> list[str]:
-        """The sections that configure a guard (``enabled``, ``mode``); the others (``metrics``, ``engine``) set
-        how rl_guards runs."""
+        """The sections that configure a guard (``enabled``, ``mode``); the others (``metrics``, ``engine``,
+        ``console``) set how rl_guards runs."""
         hints = _hints(cls)
         return [f.name for f in dataclasses.fields(cls) if issubclass(hints[f.name], GuardConfig)]
 
@@ -501,6 +519,81 @@ class GuardsConfig:
                 raise ConfigError(f"unknown field {section}.{name}; available: {sorted(data[section])}")
             data[section][name] = load_yaml(raw, f"override {key.strip()}")
         return GuardsConfig.from_dict(data)
+
+
+# ----- what each field means ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FieldDoc:
+    """One field of the config as ``rl-guards config`` lists it."""
+
+    section: str
+    name: str
+    type: str
+    default: Any
+    doc: str
+
+
+def section_doc(section: str) -> str:
+    """The first sentence of a section's class docstring."""
+    cls = _hints(GuardsConfig)[section]
+    text = " ".join((cls.__doc__ or "").split())
+    return text.split(". ")[0].rstrip(".")
+
+
+@functools.cache
+def _comments() -> dict[tuple[str, str], str]:
+    """(class, field) -> the comment that documents the field in this file: the lines of comment right above it and
+    the comment at the end of its line (a field a subclass only re-defaults has its parent's)."""
+    import ast
+    import io
+    import tokenize
+
+    source = Path(__file__).read_text(encoding="utf-8")
+    lines = source.splitlines()
+    comments = {
+        tok.start[0]: tok.string.lstrip("#").strip()
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+        if tok.type == tokenize.COMMENT
+    }
+    out: dict[tuple[str, str], str] = {}
+    for node in ast.parse(source).body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for statement in node.body:
+            if not isinstance(statement, ast.AnnAssign) or not isinstance(statement.target, ast.Name):
+                continue
+            above, line = [], statement.lineno - 1
+            while line in comments and lines[line - 1].strip().startswith("#"):
+                above.insert(0, comments[line])
+                line -= 1
+            trailing = [
+                comments[n]
+                for n in range(statement.lineno, (statement.end_lineno or statement.lineno) + 1)
+                if n in comments and not lines[n - 1].strip().startswith("#")
+            ]
+            text = " ".join(part for part in [*above, *trailing] if part and part != "fmt: skip")
+            if text:
+                out[(node.name, statement.target.id)] = text
+    return out
+
+
+def field_docs(section: str | None = None) -> list[FieldDoc]:
+    """Every field of every section of :class:`GuardsConfig` (or of ``section``), with its type, default and the
+    comment that documents it in this file."""
+    comments = _comments()
+    defaults = GuardsConfig()
+    out = []
+    for name in [f.name for f in dataclasses.fields(GuardsConfig)]:
+        if section is not None and name != section:
+            continue
+        cls = _hints(GuardsConfig)[name]
+        hints = _hints(cls)
+        for f in dataclasses.fields(cls):
+            doc = next((comments[(k.__name__, f.name)] for k in cls.__mro__ if (k.__name__, f.name) in comments), "")
+            kind = hints[f.name]
+            type_text = kind.__name__ if isinstance(kind, type) else str(kind).replace("typing.", "")
+            out.append(FieldDoc(name, f.name, type_text, getattr(getattr(defaults, name), f.name), doc))
+    return out
 
 
 # ----- YAML ----------------------------------------------------------------------------------------------
@@ -766,7 +859,16 @@ class GuardsArguments:
         metadata={"help": "Overrides as section.field=value, e.g. think_tags.mode=raise.", "nargs": "*"},
     )
 
+    verbose: bool = field(
+        default=False,
+        metadata={"help": "rl_guards prints its full detail (console.verbose): the whole preflight report, info "
+                  "findings and notes, a status line at every log."},
+    )
+
     def to_config(self) -> GuardsConfig:
         """The GuardsConfig these arguments describe."""
         base = GuardsConfig.from_yaml(self.guards_config) if self.guards_config else GuardsConfig()
-        return base.with_overrides(list(self.guards_set)) if self.guards_set else base
+        config = base.with_overrides(list(self.guards_set)) if self.guards_set else base
+        if self.verbose:
+            config.console.verbose = True
+        return config

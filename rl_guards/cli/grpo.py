@@ -32,6 +32,13 @@ from rl_guards.config import GuardsArguments, GuardsConfig
 from rl_guards.errors import GUARD_STOP_EXIT_CODE, ConfigError, GuardError
 from rl_guards.trl.script_args import GUARDS_KEYS
 
+GUARDS_HELP = """
+rl_guards (above: TRL's own arguments, then rl_guards'):
+  --guards_config FILE           a guards YAML (the trl grpo YAML's guards: section is read too)
+  --guards_set S.FIELD=VALUE     set any guard field, e.g. think_tags.mode=raise rollouts.every_steps=5
+  --verbose                      print rl_guards' full detail (the whole preflight report, info findings, every status)
+  --help_guards                  every guard field with its default and meaning (also: rl-guards config)"""
+
 
 def register(subparsers: Any) -> None:
     """Add ``grpo`` to the help listing (its arguments are TRL's: :func:`launch` parses them)."""
@@ -94,10 +101,15 @@ def split_guards(argv: list[str], workdir: Path) -> tuple[list[str], GuardsConfi
 
 def launch(argv: list[str]) -> int:
     """Validate, then ``accelerate launch -m rl_guards.cli.grpo`` with TRL's arguments (as ``trl grpo`` does)."""
+    if any(a in ("--help_guards", "--help-guards") for a in argv):  # the guards' fields, not TRL's 1,400 lines
+        from rl_guards.cli.config import run as print_fields
+
+        return print_fields(argparse.Namespace(section=None, yaml=False))
     if any(a in ("-h", "--help") for a in argv):
         from rl_guards.trl.script_args import grpo_parser
 
         grpo_parser((GuardsArguments,), prog="rl-guards grpo").print_help()
+        print(GUARDS_HELP)
         return 0
     workdir = Path(tempfile.mkdtemp(prefix="rl-guards-grpo-"))
     try:
@@ -158,9 +170,12 @@ def guarded_trainer_class(config: GuardsConfig) -> type:
     class GuardedGRPOTrainer(GRPOTrainer):  # type: ignore[misc,valid-type]
         """TRL's GRPOTrainer with every rl_guards guard installed."""
 
+        runs: list[Any] = []  # noqa: RUF012 (the runs of this process: the end-of-run table is theirs)
+
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.rl_guards = rl_guards.install(self, config)
+            GuardedGRPOTrainer.runs.append(self.rl_guards)
 
     GuardedGRPOTrainer.__name__ = GuardedGRPOTrainer.__qualname__ = "GRPOTrainer"
     return GuardedGRPOTrainer
@@ -177,18 +192,34 @@ def worker_main(argv: list[str] | None = None) -> int:
     script_args, training_args, model_args, dataset_args, guard_args = parser.parse_args_and_config(
         argv, fail_with_unknown_args=False
     )[:5]
-    trl.GRPOTrainer = guarded_trainer_class(guard_args.to_config())  # trl.scripts.grpo.main imports it by name
+    trainer_class = guarded_trainer_class(guard_args.to_config())
+    trl.GRPOTrainer = trainer_class  # trl.scripts.grpo.main imports it by name
     try:
         trl_grpo.main(script_args, training_args, model_args, dataset_args)
     except GuardError as exc:  # a guard stopped the run on purpose: not a crash, no traceback
+        say_summary(trainer_class.runs)
         report_stop(exc)
         return GUARD_STOP_EXIT_CODE
+    say_summary(trainer_class.runs)
     return 0
+
+
+def say_summary(runs: list[Any]) -> None:
+    """The end-of-run table (findings, per-task curves), as the library route prints ``run.summary()``: once, on the
+    main process, for the last run."""
+    if not runs or int(os.environ.get("RANK", "0") or 0) != 0:
+        return
+    from rl_guards.console import say
+
+    try:
+        say(runs[-1].summary())
+    except Exception as exc:  # the table never hides how the run ended
+        say(f"[rl_guards] the end-of-run table could not be built: {type(exc).__name__}: {exc}")
 
 
 def report_stop(exc: GuardError) -> None:
     """Close the W&B run as failed, then say once (on the main process), last, which guard stopped the run, where,
-    and why."""
+    and why: the finding's message is said here only (the guards do not say a finding that stops the run)."""
     try:
         import wandb
 

@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rl_guards.cli.help import plain
 from rl_guards.config import GuardsConfig, read_yaml_mapping
 from rl_guards.errors import ConfigError
 
@@ -49,7 +50,7 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "preflight",
         help="check a GRPO config before training: template paths, optimisation choices, group size, length cap",
-        description=__doc__,
+        description=plain(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("config", help="the trl grpo / rl-guards grpo YAML (or the first preflight format)")
@@ -110,6 +111,7 @@ def read_config(path: str | Path) -> dict[str, Any]:
 
 def run(ns: argparse.Namespace) -> int:
     """Run the start-of-training checks and print them; 1 when training would stop, 2 when it cannot check."""
+    from rl_guards.console import quiet
     from rl_guards.engine.start_checks import run_start_checks
 
     try:
@@ -117,13 +119,16 @@ def run(ns: argparse.Namespace) -> int:
         ctx, guards, note = _trl_context(ns, data) if _is_trl_yaml(data) else _first_format_context(ns, data)
         if note:
             print(note, file=sys.stderr)
-        verdict = run_start_checks(ctx, guards)  # prints the preflight report, as at train start
+        with quiet():  # the report and the verdict below say every finding, once
+            verdict = run_start_checks(ctx, guards)
     except ConfigError as exc:
         print(f"rl-guards preflight: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # a dataset or reward function that cannot be loaded: nothing was checked
         print(f"rl-guards preflight: could not check: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
+    if verdict.preflight_report is not None:
+        print(verdict.preflight_report.render(), end="\n\n")
     print(verdict.render())
     if ns.json_out:
         report = verdict.preflight_report.to_dict() if verdict.preflight_report is not None else {}

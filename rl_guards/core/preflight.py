@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rl_guards.console import Column, render_table
 from rl_guards.core.group_size import expected_dead_share
 from rl_guards.core.lengths import CENSORED_SHARE, HEADROOM, round_up
 
@@ -535,11 +536,9 @@ def check_kl(choices: TrainingChoices) -> list[PreflightFinding]:
 
 def dead_group_table(group_sizes: Sequence[int], rates: Sequence[float] = (0.05, 0.2, 0.5, 0.8, 0.95)) -> str:
     """Dead-group share for pass/fail rewards, per group size (rows) and success rate (columns)."""
-    header = "  G \\ success " + "".join(f"{r:>7.0%}" for r in rates)
-    lines = [header]
-    for g in group_sizes:
-        lines.append(f"  {g:>11} " + "".join(f"{expected_dead_share(r, g):>7.0%}" for r in rates))
-    return "\n".join(lines)
+    columns = [Column("G \\ success", "right"), *(Column(f"{r:.0%}", "right") for r in rates)]
+    rows = [[g, *(f"{expected_dead_share(r, g):.0%}" for r in rates)] for g in group_sizes]
+    return render_table(columns, rows, styled=False)
 
 
 def check_group_size(choices: TrainingChoices) -> list[PreflightFinding]:
@@ -961,25 +960,21 @@ class PreflightReport:
 
     def headline(self) -> str:
         c = self.counts()
-        return f"rl_guards preflight: {c['blocking']} blocking, {c['warning']} warning(s), {c['info']} info"
+        return f"rl_guards preflight: {c['blocking']} blocking, {c['warning']} warning, {c['info']} info"
 
-    def render(self, width: int = 110) -> str:
+    def render(self, width: int = 110, *, styled: bool = False) -> str:
         """The readable report: choices, findings table with fixes, details (diffs), template paths, examples."""
         lines = [self.headline(), ""]
         if self.choices:
             shown = ", ".join(f"{k}={_short(v)}" for k, v in self.choices.items())
             lines += textwrap.wrap(f"choices: {shown}", width, subsequent_indent="  ")
             lines.append("")
-        sev_w, topic_w = 8, 12
-        indent = " " * (sev_w + topic_w + 4)
-        body_w = max(40, width - len(indent))
-        lines.append(f"{'SEVERITY':<{sev_w}}  {'TOPIC':<{topic_w}}  FINDING")
-        for f in self.sorted_findings():
-            wrapped = textwrap.wrap(f"[{f.code}] {f.message}", body_w) or [""]
-            lines.append(f"{f.severity:<{sev_w}}  {f.topic:<{topic_w}}  {wrapped[0]}")
-            lines += [indent + w for w in wrapped[1:]]
-            if f.fix:
-                lines += [indent + w for w in textwrap.wrap(f"fix: {f.fix}", body_w)]
+        rows = [
+            [f.severity, f.topic, f"[{f.code}] {f.message}" + (f"\nfix: {f.fix}" if f.fix else "")]
+            for f in self.sorted_findings()
+        ]
+        table = render_table(["severity", "topic", "finding"], rows, width=width, styled=styled, severity_column=0)
+        lines.append(table)
         details = [f for f in self.sorted_findings() if f.detail]
         for f in details:
             lines += ["", f"--- {f.code} ({f.severity}) ---", f.detail]

@@ -45,10 +45,10 @@ class StartVerdict:
             lines.append(f"  [{f.severity}] {f.guard}/{f.kind}: {first}")
             lines += [f"      {line}" for line in rest[:12]]
         if self.stop is not None:
-            verdict = f"BLOCKING: training would stop: {self.stop}"
+            verdict = f"blocking: training would stop: {self.stop}"
         elif self.blocking:
             verdict = (
-                "BLOCKING: the preflight report has blocking findings (they stop training in preflight.mode raise)"
+                "blocking: the preflight report has blocking findings (they stop training in preflight.mode raise)"
             )
         else:
             verdict = "ok: training would start"
@@ -190,6 +190,8 @@ def run_start_checks(
         ctx.per_row_thinking_column = config.think_tags.thinking_column
     guards = list(guards) if guards is not None else start_guards(config, guard_classes)
     for guard in guards:
+        if guard.name == "preflight":  # checks never write to the run's folder
+            guard.write_report = False  # type: ignore[attr-defined]
         guard.setup(ctx)
     stop = run_begin(guards, session, step)
     stop = session.settle() or stop

@@ -3,9 +3,15 @@
 ::
 
     setup(ctx)                  # the trainer's args, tokenizer, datasets, rendering path
-    on_train_begin(report)      # build the report, print it (main process), log counts + W&B panel,
+    on_train_begin(report)      # build the report; main process: one summary line (the whole report in verbose
+                                # mode), the report written next to the findings, counts + W&B panel;
                                 # blocking findings -> PreflightError (raise) / warn once each / count;
                                 # the finding kind is the preflight code in every mode
+
+On the console (main process): ``[rl_guards] preflight: 0 blocking, 1 warning, 9 info; full report:
+<rollouts folder>/preflight.txt``; each warning and blocking finding follows in full, once (the session says it);
+``console.verbose`` prints the whole report (choices, every info row with its fix, the group-size table, the rendered
+prompts) as well.
 
 Metrics (logged once, at train start):
 
@@ -26,10 +32,13 @@ from __future__ import annotations
 
 import html
 import logging
+from pathlib import Path
 from typing import ClassVar
 
 from rl_guards.config import GuardsConfig, PreflightConfig
+from rl_guards.console import say
 from rl_guards.core.preflight import PreflightFinding, PreflightReport
+from rl_guards.core.severity import worst
 from rl_guards.errors import PreflightError
 from rl_guards.guards.base import Guard, Reporter
 
@@ -37,6 +46,7 @@ logger = logging.getLogger("rl_guards")
 
 WANDB_TABLE_KEY = "rl_guards/preflight/findings"
 WANDB_REPORT_KEY = "rl_guards/preflight/report"
+REPORT_FILE = "preflight.txt"  # the whole report, next to findings.jsonl
 
 
 class PreflightGuard(Guard):
@@ -49,6 +59,10 @@ class PreflightGuard(Guard):
         super().__init__(config)
         self.config: PreflightConfig = config.preflight
         self.last_report: PreflightReport | None = None
+        # write the report into the run's folder (training); False where the checks run without a run to write to
+        # (rl-guards preflight prints the whole report itself and never writes to the run's folder)
+        self.write_report = True
+        self.report_path: Path | None = None  # where the report was written
 
     def _build_report(self) -> PreflightReport:
         """The report for the run in ``self.ctx`` (rendering goes through the trainer's own path)."""
@@ -67,7 +81,7 @@ class PreflightGuard(Guard):
         report.metric("blocking", float(counts["blocking"]))
         report.metric("warnings", float(counts["warning"]))
         if self.ctx.is_main_process:
-            print(result.render(), flush=True)
+            self._say(result)
             log_to_tracker(result, report)
         for finding in result.warnings:  # warned once each (mode log: counted only)
             text = f"{finding.message} Fix: {finding.fix}"
@@ -80,6 +94,37 @@ class PreflightGuard(Guard):
         for i, finding in enumerate(blocking):
             shown = blocking if i == 0 and self.config.mode == "raise" else [finding]
             report.violation(finding.code, blocking_message(shown), PreflightError)
+
+
+    def _say(self, result: PreflightReport) -> None:
+        """One summary line (counts by severity, where the whole report is); the whole report in verbose mode."""
+        where = ""
+        path = self._report_file() if self.write_report else None
+        if path is not None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(result.render() + "\n", encoding="utf-8")
+                self.report_path = path
+                where = f"; full report: {path}"
+            except OSError as exc:  # a read-only output folder: the line says so, the run goes on
+                where = f"; full report not written ({type(exc).__name__}: {exc}); console.verbose prints it"
+        elif not self.guards_config.console.verbose:
+            where = "; console.verbose prints the full report"
+        headline = result.headline().replace("rl_guards preflight", "[rl_guards] preflight", 1)
+        level = worst(f.severity for f in result.findings if f.severity != "info")
+        say(headline + where, severity=level, level=logging.INFO)
+        if self.guards_config.console.verbose:
+            say(result.render())
+
+    def _report_file(self) -> Path | None:
+        """``preflight.txt`` in the rollouts folder (next to ``findings.jsonl``); None without a trainer output folder
+        to put it in (a context built by hand)."""
+        from rl_guards.rollouts.store import default_rollouts_dir
+
+        output_dir = getattr(self.ctx.args, "output_dir", None)
+        if self.guards_config.rollouts.output_dir:
+            return Path(self.guards_config.rollouts.output_dir) / REPORT_FILE
+        return default_rollouts_dir(output_dir) / REPORT_FILE if output_dir else None
 
 
 def blocking_message(findings: list[PreflightFinding]) -> str:

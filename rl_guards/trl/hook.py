@@ -114,7 +114,7 @@ class GuardRun(TrainerCallback):
         self._task_counts = trl_context.dataset_task_counts(ctx.train_dataset, config.tasks)
         self._single_task = isinstance(columns, list) and config.tasks.task_column not in columns
         self.engine = self._new_engine(guards, ctx, ranks)
-        self.router = SignalRouter(trainer, self.session, ctx.is_main_process)
+        self.router = SignalRouter(trainer, self.session, ctx.is_main_process, config.console)
         self.router.before_tracker_end = self._end_training  # a tracker's run finishing: the train-end work first
         self.engine.setup()
         trl_context.configure_reward_funcs(ctx, config.metrics.level)

@@ -8,10 +8,13 @@ The metrics travel in the trainer's own metric buffer, so they reach ``trainer.s
   under ``train/``: W&B groups panels by the first path segment, so the guards' health and the per-task curves each
   get a section, apart from TRL's panels.
 - HF's other tracker callbacks (trackio, TensorBoard, Comet, ...): while one logs, HF's ``rewrite_logs`` leaves
-  those keys as they are, so they get the same sections there. trackio's also carries the tables and reports
-  (:mod:`rl_guards.trl.wandb_io`) in the row it logs.
-- the console printer (``PrinterCallback`` / ``ProgressCallback``): it prints the trainer's log without those keys,
-  followed by one status line (findings so far, by kind).
+  those keys as they are, so they get the same sections there. trackio's logs its rows at the trainer's step (HF
+  gives it none: trackio would number them itself) and carries the values held for it (:mod:`rl_guards.trl.wandb_io`)
+  in the row it logs.
+- the console printer (``PrinterCallback`` / ``ProgressCallback``): it prints the trainer's log without those keys;
+  the status line (``[rl_guards] step 12: ok``, or the most severe level and the finding kinds so far) follows it on
+  the ``rl_guards`` logger when the status changes, every ``console.status_every`` steps, and at every log in
+  verbose mode (``console.verbose``).
 
 Findings reach W&B and trackio as they happen: each kind's severity, count and first step in the run summary
 (``rl_guards/findings/<guard>/<kind>``: ``{"severity", "count", "first_step"}``; notes are not findings; trackio:
@@ -27,7 +30,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from rl_guards.config import ConsoleConfig
+from rl_guards.console import say
 from rl_guards.core.metric_keys import METRIC_PREFIX, TASK_PREFIX
+from rl_guards.core.severity import BLOCKING, INFO, OK, worst
 from rl_guards.guards.base import Finding, GuardSession
 from rl_guards.trl import wandb_io
 
@@ -65,12 +71,30 @@ def finding_summary(session: GuardSession, key: tuple[str, str]) -> dict[str, An
     }
 
 
+class _AtStep:
+    """The ``trackio`` module as HF's ``TrackioCallback`` holds it, with ``log`` at the trainer's step by default."""
+
+    def __init__(self, module: Any, step: int) -> None:
+        self._module, self._step = module, step
+
+    def log(self, metrics: dict[str, Any], step: int | None = None) -> Any:
+        return self._module.log(metrics, step=self._step if step is None else step)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+
 class SignalRouter:
     """Wraps the trainer's tracker and console callbacks, and turns findings into summary entries and alerts."""
 
-    def __init__(self, trainer: Any, session: GuardSession, is_main_process: bool) -> None:
+    def __init__(
+        self, trainer: Any, session: GuardSession, is_main_process: bool, console: ConsoleConfig | None = None
+    ) -> None:
         self.session = session
         self.is_main = is_main_process
+        self.console = console or ConsoleConfig()
+        self._status: tuple[str, tuple[str, ...]] | None = None  # the status said last: level and finding kinds
+        self._status_step = 0
         self.alerted: set[tuple[str, str]] = set()
         self.wrapped: list[str] = []
         self.before_tracker_end: Callable[[Any], None] | None = None  # called before a tracker finishes its run
@@ -91,14 +115,19 @@ class SignalRouter:
                 self._wrap_tracker(callback)
                 self.wrapped.append(name)
         session.listeners.append(self.on_finding)
+        session.stop_listeners.append(self.on_stop)
 
     def bind(self, session: GuardSession) -> None:
         """Route another session's findings (a new run on the same trainer) instead; its alerts start over."""
         if self.on_finding in self.session.listeners:
             self.session.listeners.remove(self.on_finding)
+        if self.on_stop in self.session.stop_listeners:
+            self.session.stop_listeners.remove(self.on_stop)
         self.session = session
         self.alerted = set()
+        self._status = None
         session.listeners.append(self.on_finding)
+        session.stop_listeners.append(self.on_stop)
 
     # ----- logs ---------------------------------------------------------------------------------------------
     def _wrap_wandb(self, callback: Any) -> None:
@@ -126,16 +155,23 @@ class SignalRouter:
         trackio = type(callback).__name__ == "TrackioCallback"
 
         def on_log(args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> Any:
+            module = getattr(callback, "_trackio", None) if trackio else None
             if trackio and logs is not None and state.is_world_process_zero:
                 logs = {**logs, **wandb_io.take_trackio_rows()}
+                if module is not None:  # HF logs without a step: trackio would count its own; the trainer's instead
+                    callback._trackio = _AtStep(module, int(state.global_step))
             rewrite = integrations.rewrite_logs
-            if getattr(rewrite, "keeps_guard_keys", False):  # already inside a wrapped call
-                return original_log(args, state, control, logs=logs, **kwargs)
-            integrations.rewrite_logs = _keeping_guard_keys(rewrite)
             try:
-                return original_log(args, state, control, logs=logs, **kwargs)
+                if getattr(rewrite, "keeps_guard_keys", False):  # already inside a wrapped call
+                    return original_log(args, state, control, logs=logs, **kwargs)
+                integrations.rewrite_logs = _keeping_guard_keys(rewrite)
+                try:
+                    return original_log(args, state, control, logs=logs, **kwargs)
+                finally:
+                    integrations.rewrite_logs = rewrite
             finally:
-                integrations.rewrite_logs = rewrite
+                if module is not None:
+                    callback._trackio = module
 
         callback.on_log = on_log
         if trackio:
@@ -163,22 +199,39 @@ class SignalRouter:
                 args, state, control, logs={k: v for k, v in logs.items() if not is_guard_key(k)}, **kwargs
             )
             if state.is_world_process_zero:
-                line = self.status_line(int(state.global_step))
-                bar = getattr(callback, "training_bar", None)
-                bar.write(line) if bar is not None else print(line)
+                self.say_status(int(state.global_step))
             return result
 
         callback.on_log = on_log
 
+    def status(self) -> tuple[str, list[dict[str, Any]]]:
+        """The most severe level found so far (``ok`` when nothing above info) and its warning/blocking kinds."""
+        rows = [r for r in self.session.summary_rows() if r["severity"] != INFO]
+        return worst(r["severity"] for r in rows), rows
+
+    def say_status(self, step: int) -> bool:
+        """Say the status line when it changed (level or finding kinds), at each multiple of
+        ``console.status_every`` steps, and at every log in verbose mode; True when it was said."""
+        level, rows = self.status()
+        now = (level, tuple(sorted(f"{r['guard']}/{r['kind']}" for r in rows)))
+        every = self.console.status_every
+        due = self.console.verbose or now != self._status or step // every != self._status_step // every
+        if not due:
+            return False
+        self._status, self._status_step = now, step
+        say(self.status_line(step), severity=level, level=logging.INFO)
+        return True
+
     def status_line(self, step: int) -> str:
-        """``[rl_guards] step 12: ok`` or the warning/error kinds found so far, most frequent first."""
-        rows = [r for r in self.session.summary_rows() if self.session.severity.get((r["guard"], r["kind"])) != "info"]
+        """``[rl_guards] step 12: ok`` or ``[rl_guards] step 12: warning: 2 finding kinds: think_tags/unclosed x3,
+        ...`` (the most severe level so far, then the warning/blocking kinds, most frequent first)."""
+        level, rows = self.status()
         if not rows:
-            return f"[rl_guards] step {step}: ok"
+            return f"[rl_guards] step {step}: {OK}"
         rows.sort(key=lambda r: (-r["count"], r["guard"], r["kind"]))
         named = ", ".join(f"{r['guard']}/{r['kind']} x{r['count']}" for r in rows[:STATUS_KINDS])
         more = f" (+{len(rows) - STATUS_KINDS} more kinds)" if len(rows) > STATUS_KINDS else ""
-        return f"[rl_guards] step {step}: {len(rows)} finding kind(s): {named}{more}"
+        return f"[rl_guards] step {step}: {level}: {len(rows)} finding kind(s): {named}{more}"
 
     # ----- findings -----------------------------------------------------------------------------------------
     def on_finding(self, finding: Finding, shown: bool) -> None:
@@ -187,15 +240,17 @@ class SignalRouter:
             return
         key = (finding.guard, finding.kind)
         name = f"{finding.guard}/{finding.kind}"
-        values: dict[str, Any] = {f"rl_guards/findings/{name}": finding_summary(self.session, key)}
-        if finding.severity == "error":
-            values["rl_guards/stopped_by"] = f"{name} at step {finding.step}"
-        wandb_io.set_summary(values)
-        loud = shown or finding.severity == "error"
+        wandb_io.set_summary({f"rl_guards/findings/{name}": finding_summary(self.session, key)})
+        loud = shown or finding.severity == BLOCKING
         if loud and finding.message and key not in self.alerted and len(self.alerted) < MAX_ALERTS:
             self.alerted.add(key)
             text = finding.message if len(finding.message) <= ALERT_CHARS else finding.message[:ALERT_CHARS] + " …"
-            wandb_io.alert(f"rl_guards: {name}", text, "error" if finding.severity == "error" else "warning")
+            wandb_io.alert(f"rl_guards: {name}", text, finding.severity)
+
+    def on_stop(self, finding: Finding) -> None:
+        """The finding whose error stops the run: ``rl_guards/stopped_by`` names it (the session's one stop)."""
+        if self.is_main and wandb_io.active_run() is not None:
+            wandb_io.set_summary({"rl_guards/stopped_by": f"{finding.guard}/{finding.kind} at step {finding.step}"})
 
     def write_config(self, config: dict[str, Any]) -> None:
         """The effective GuardsConfig, under ``rl_guards`` in the run config."""

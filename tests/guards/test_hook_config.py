@@ -22,10 +22,13 @@ def test_defaults_every_guard_has_enabled_and_mode() -> None:
         if name == "engine":  # not a guard: how the guards run beside the trainer
             assert sub == {"background": True}
             continue
+        if name == "console":  # not a guard: what rl_guards prints
+            assert sub == {"verbose": False, "status_every": 10}
+            continue
         assert sub["enabled"] is True, name
         assert sub["mode"] in ("raise", "warn", "log"), name
     json.dumps(data)  # JSON-serialisable
-    assert set(data) - set(cfg.guard_sections()) == {"metrics", "engine"}
+    assert set(data) - set(cfg.guard_sections()) == {"metrics", "engine", "console"}
 
 
 def test_dict_and_yaml_round_trip(tmp_path: Path) -> None:

@@ -330,7 +330,8 @@ def test_group_size_advice_in_end_of_run_findings() -> None:
     advice = session.notes[("dead_groups", "group_size_advice")]
     assert "task 'echo': pass rate 1.00" in advice and "task 'math': pass rate 0.50" in advice
     assert "num_generations=4" in advice  # p=0.5: G=4 gives 0.125 < 0.25
-    assert "group_size_advice" in session.summary_text() and "rl_guards findings:" not in session.summary_text()
+    text = session.summary_text(notes=True)
+    assert "group_size_advice" in text and "rl_guards findings" not in text
 
 
 # ----- slicing -----------------------------------------------------------------------------------------------
@@ -516,7 +517,8 @@ def test_every_finding_shows_its_severity_and_notes_stand_apart() -> None:
     session.reporter("reward_sanity", config, 0).note("reward_sanity_ok", "rewards rank right above wrong")
     rows = session.summary_rows()
     assert [(r["kind"], r["severity"]) for r in rows] == [("anomaly_rate", "warning"), ("nested", "info")]
-    text = session.summary_text()
+    assert "notes" not in session.summary_text()  # said once at the time; in the table only in verbose mode
+    text = session.summary_text(notes=True)
     assert "severity  guard/kind" in text and "warning   think_tags/anomaly_rate" in text
     assert "info      think_tags/nested" in text
     assert "notes (said once, not findings)" in text and "reward_sanity/reward_sanity_ok" in text

@@ -12,6 +12,7 @@ from rl_guards.errors import TemplateError
 from rl_guards.guards.base import GuardSession, RunContext, run_hook
 from rl_guards.guards.template import DoubleThinkGuard
 from rl_guards.testing import build_tokenizer, make_dataset
+from rl_guards.testing.logs import shows
 
 
 class OpenedProbe:
@@ -78,7 +79,7 @@ def test_warn_mode_keeps_training_and_shares_the_verdict(make_grpo_trainer: Any)
         train_dataset=_prefilled(make_dataset()),
     )
     run = rl_guards.install(trainer, {"template": {"mode": "warn"}}, guards=[DoubleThinkGuard])
-    with pytest.warns(UserWarning, match="already adds it"):
+    with shows("already adds it"):
         trainer.train()
     assert trainer.state.global_step == 1
     assert run.session.counts[("template", "prefill_duplicates_template")] == 1
@@ -178,9 +179,9 @@ def test_plain_text_prompts_without_a_chat_template_get_a_note_not_a_failure(
     assert not [f for f in session.findings if f.severity != "info"], session.findings
     note = session.notes[("template", "no_chat_template")]
     assert "prompts are plain text" in note and "do not apply" in note and "still checked" in note
-    printed = capsys.readouterr().out  # the preflight report says it too, as an info line
-    assert "[plain_text_prompts] prompts are plain text and the tokenizer has no chat template" in printed
-    assert "still checked:" in printed.replace("\n", " ").replace("  ", " ") and "BLOCKING" not in printed
+    printed = guards[0].last_report.render()  # the preflight report says it too, as an info line
+    assert "[plain_text_prompts] prompts are plain text and the tokenizer has no chat" in printed
+    assert "still checked:" in " ".join(printed.split()) and "blocking" not in printed.split("\n", 1)[1]
 
 
 def test_without_a_chat_template_a_doubled_prefill_in_the_text_is_still_caught(tmp_path: Any) -> None:
@@ -188,7 +189,7 @@ def test_without_a_chat_template_a_doubled_prefill_in_the_text_is_still_caught(t
     guard = DoubleThinkGuard(rl_guards.GuardsConfig.from_dict({"template": {"mode": "warn"}}))
     guard.setup(ctx)
     session = GuardSession()
-    with pytest.warns(UserWarning, match="2 unclosed '<think>' at the end of the prompt"):
+    with shows("2 unclosed '<think>' at the end of the prompt"):
         run_hook(guard, "on_train_begin", session, 0)
     assert session.counts[("template", "double_open")] == 1 and ("template", "render_failed") not in session.counts
     [finding] = [f for f in session.findings if f.kind == "double_open"]
