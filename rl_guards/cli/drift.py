@@ -4,21 +4,21 @@ changes since the baseline, and one probe prompt's completions at the baseline a
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from typing import Any
 
+from rl_guards.console import Column, is_terminal, print_table, side_by_side, width_of
 from rl_guards.rollouts.drift_records import (
-    TABLE_STATS,
+    TABLE_HEADER,
     changes,
     find_drift_dir,
     load_records,
     probe_pair,
     record_notes,
-    stat_value,
-    stats_of,
+    task_rows,
+    verdict,
 )
-from rl_guards.rollouts.render import fmt_number, printable, side_by_side, visible_whitespace
+from rl_guards.rollouts.render import printable, visible_whitespace
 
 
 def register(subparsers: Any) -> None:
@@ -49,46 +49,30 @@ def run(args: argparse.Namespace) -> int:
     tasks = sorted({t for r in records for t in r.get("stats", {})})
     if args.task:
         tasks = [t for t in tasks if t == args.task]
-    header = ["step", *(label for _, label in TABLE_STATS), "alarm"]
     for task in tasks:
-        print(f"task {printable(task)}: {len([p for p in records[0].get('probes', []) if p.get('task') == task])} "
-              f"probe prompt(s), from the {printable(records[0].get('source', '?'))} set")  # fmt: skip
-        rows = []
-        for record in records:
-            stats = stats_of(record, task)
-            if stats is None:
-                continue
-            alarm = any(a.get("task") == task for a in record.get("alarms", []))
-            values = [fmt_number(stat_value(record, task, key)) for key, _ in TABLE_STATS]
-            rows.append(
-                [str(record["step"]) + (" (baseline)" if record is records[0] else ""), *values, "yes" if alarm else ""]
-            )
-        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-        print("  " + "  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))
-        for row in rows:
-            print("  " + "  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
-    found = [c for c in changes(records) if c[0] in tasks]
-    moved = [c for c in found if c[2]]
-    print()
+        probes = len([p for p in records[0].get("probes", []) if p.get("task") == task])
+        source = printable(records[0].get("source", "?"))
+        title = f"task {printable(task)}: {probes} probe prompt(s), from the {source} set"
+        rows = [[r["step"], *r["values"], "yes" if r["alarm"] else ""] for r in task_rows(records, task)]
+        print_table([Column(h, "right") for h in TABLE_HEADER], rows, title=title)
+    level, sentence = verdict(records, tasks)
+    print(f"\nverdict: {level}: {sentence}")
+    moved = [c for c in changes(records) if c[0] in tasks and c[2]]
     if not moved:
-        print(
-            f"no statistic moved beyond its threshold between step {records[0]['step']} and step {records[-1]['step']}"
-        )
         return 0
     print(f"biggest changes since the baseline (step {records[0]['step']} -> {records[-1]['step']}):")
     for task, _, drifts in moved:
         for d in drifts:
             print(f"  {printable(task)}: {d.describe()}")
-    width = args.width or shutil.get_terminal_size((160, 40)).columns
-    col = max(24, (width - 3) // 2)
+    width = args.width or width_of()
     for task, step, _ in moved[:2]:
         pair = probe_pair(records, task)
         if pair is None:
             continue
         before, after = pair
-        print("═" * min(width, 2 * col + 3))
-        print(f"task {printable(task)}, probe prompt: ...{printable(str(before.get('prompt', ''))[-200:])}")
-        left = f"baseline (step {records[0]['step']})\n" + visible_whitespace(str(before.get("completion", "")))
-        right = f"step {step}\n" + visible_whitespace(str(after.get("completion", "")))
-        print(side_by_side(left, right, col))
+        print(f"\ntask {printable(task)}, probe prompt: ...{printable(str(before.get('prompt', ''))[-200:])}")
+        left = visible_whitespace(str(before.get("completion", "")))
+        right = visible_whitespace(str(after.get("completion", "")))
+        titles = (f"baseline (step {records[0]['step']})", f"step {step}")
+        print(side_by_side(left, right, width=width, titles=titles, styled=is_terminal()))
     return 0

@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import shutil
 import sys
 from collections import OrderedDict
 from typing import Any
 
+from rl_guards.console import Column, is_terminal, print_table, two_columns, width_of
 from rl_guards.rollouts.reader import RolloutStore, UnreadableDumpError, filter_rows
 from rl_guards.rollouts.render import (
     fmt_number,
     format_rollout,
     header_line,
     printable,
-    side_by_side,
     tail,
     visible_whitespace,
 )
@@ -78,12 +77,15 @@ def cmd_list(args: argparse.Namespace) -> int:
     if store is None:
         return 2
     index = store.index()
-    print(f"{printable(store.folder)}: {len(index)} dumps")
-    print(f"{'step':>8}  {'rows':>6}  {'reason':<10}  {'checkpoint':>10}  tasks")
-    for e in index:
-        ckpt = "" if e.get("checkpoint") is None else str(e["checkpoint"])
-        tasks = ",".join(printable(t) for t in e["tasks"])
-        print(f"{e['step']:>8}  {e['rows']:>6}  {printable(e['reason']):<10}  {ckpt:>10}  {tasks}")
+    rows = [
+        [
+            e["step"], e["rows"], printable(e["reason"]), "" if e.get("checkpoint") is None else e["checkpoint"],
+            ", ".join(printable(t) for t in e["tasks"]),
+        ]
+        for e in index
+    ]  # fmt: skip
+    columns = [Column("step", "right"), Column("rows", "right"), "reason", Column("checkpoint", "right"), "tasks"]
+    print_table(columns, rows, title=f"{printable(store.folder)}: {len(index)} dumps")
     _say_unreadable(store)
     return 0
 
@@ -177,18 +179,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
             "epoch position, or use `show` on each step."
         )
         return 0
-    width = args.width or shutil.get_terminal_size((160, 40)).columns
-    col = max(20, (width - 3) // 2)
+    width = args.width or width_of()
     for prompt in common[: args.limit]:
         a, b = groups_a[prompt], groups_b[prompt]
-        print("═" * min(width, 2 * col + 3))
-        print(f"task {printable(a[0].get('task'))} | prompt (tail):")
+        print(f"\ntask {printable(a[0].get('task'))} | prompt (tail):")
         print(visible_whitespace(tail(prompt, 300)))
-        left_title = f"step {step_a}: {len(a)} rollouts, mean reward {fmt_number(_mean_reward(a))}"
-        right_title = f"step {step_b}: {len(b)} rollouts, mean reward {fmt_number(_mean_reward(b))}"
-        print(side_by_side(left_title, right_title, col))
-        for left, right in itertools.zip_longest(a[: args.per_prompt], b[: args.per_prompt]):
-            print(side_by_side("─" * col, "─" * col, col))
-            print(side_by_side(_header(left), _header(right), col))
-            print(side_by_side(_completion(left), _completion(right), col))
+        titles = (
+            f"step {step_a}: {len(a)} rollouts, mean reward {fmt_number(_mean_reward(a))}",
+            f"step {step_b}: {len(b)} rollouts, mean reward {fmt_number(_mean_reward(b))}",
+        )
+        pairs = [
+            (f"{_header(left)}\n{_completion(left)}".strip(), f"{_header(right)}\n{_completion(right)}".strip())
+            for left, right in itertools.zip_longest(a[: args.per_prompt], b[: args.per_prompt])
+        ]
+        print(two_columns(pairs, width=width, titles=titles, styled=is_terminal()))
     return 0

@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from rl_guards.console import Column, render_table
 from rl_guards.core.metric_keys import parse_task_metric_key
 
 # (metric suffix, column title): the per-task curves a reader checks first.
@@ -33,20 +34,19 @@ def task_curves(log_history: Sequence[dict[str, Any]]) -> dict[str, dict[str, li
     return curves
 
 
-def task_summary_text(log_history: Sequence[dict[str, Any]]) -> str:
-    """One line per task: first → last value of each key curve (empty string when there are no task metrics)."""
+def task_summary_text(log_history: Sequence[dict[str, Any]], *, styled: bool = False, width: int | None = None) -> str:
+    """One row per task: first → last value of each key curve (empty string when there are no task metrics)."""
     curves = task_curves(log_history)
     if not curves:
         return ""
     # Names that would print invisibly or ambiguously ("", " a", control characters) are shown quoted.
     names = {t: t if t and t == t.strip() and t.isprintable() else repr(t) for t in curves}
-    width = max(len("task"), *(len(n) for n in names.values()))
-    header = "  " + "task".ljust(width) + "".join(f"  {title:>17}" for _, title in COLUMNS)
-    lines = ["per task (first -> last logged value):", header]
+    rows = []
     for task in sorted(curves):
         cells = []
         for metric, _ in COLUMNS:
             values = curves[task].get(metric)
-            cells.append(f"{values[0]:>7.3f} -> {values[-1]:<6.3f}" if values else f"{'-':>17}")
-        lines.append("  " + names[task].ljust(width) + "".join(f"  {c:>17}" for c in cells))
-    return "\n".join(lines)
+            cells.append(f"{values[0]:.3f} -> {values[-1]:.3f}" if values else "-")
+        rows.append([names[task], *cells])
+    columns = [Column("task"), *(Column(title, "right") for _, title in COLUMNS)]
+    return render_table(columns, rows, title="per task (first -> last logged value)", styled=styled, width=width)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from rl_guards.config import RoutingConfig
+from rl_guards.console import Column, render_table
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.core.routing import RoutingReport, RoutingTable, check_routing, table_from_funcs, table_from_names
 from rl_guards.core.templates import visible_tail
@@ -116,11 +117,8 @@ class RoutingGuard(Guard):
     # ----- messages ---------------------------------------------------------------------------------------
     @staticmethod
     def _table_text(rows: list[tuple[str, str, int, int]]) -> str:
-        w_task = max([4, *(len(r[0]) for r in rows)])
-        w_func = max([8, *(len(r[1]) for r in rows)])
-        lines = [f"  {'task'.ljust(w_task)}  {'function'.ljust(w_func)}  rows  of"]
-        lines += [f"  {t.ljust(w_task)}  {f.ljust(w_func)}  {n:>4}  {total}" for t, f, n, total in rows]
-        return "\n".join(lines)
+        columns = ["task", "function", Column("rows", "right"), "of"]
+        return _indent(render_table(columns, [list(r) for r in rows], styled=False))
 
     @staticmethod
     def _example(batch: RolloutBatch, result: RoutingReport, kind: str, task: str) -> str:
@@ -174,3 +172,7 @@ class RoutingGuard(Guard):
             "Fix: add the task to routing.routes (or to route({...})) with the functions that must score it; use "
             "an empty list if only unrouted (global) functions should. Or check the dataset's task column."
         )
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rl_guards.console import render_table
 from rl_guards.errors import ConfigError, RewardSanityError
 from rl_guards.rewards.callables import reward_name
 from rl_guards.rewards.calls import call_reward
@@ -111,9 +112,7 @@ class SanityReport:
             )
             for r in rows
         ]
-        widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(header)]
-        lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(cell, widths, strict=True)).rstrip() for cell in cells]
+        lines = [render_table(header, cells, styled=False)]
         if self.unserved_tasks:
             lines.append(f"tasks no reward function scores: {self.unserved_tasks}")
         return "\n".join(lines)

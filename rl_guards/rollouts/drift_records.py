@@ -211,6 +211,58 @@ def changes(records: list[dict[str, Any]], thresholds: Thresholds | None = None)
     return sorted(out, key=lambda x: (-len(x[2]), x[0]))
 
 
+def task_rows(records: list[dict[str, Any]], task: str) -> list[dict[str, Any]]:
+    """The rows of a task's table, as the ``drift`` command and the report show them: per record with the task's
+    statistics, ``step`` (``baseline`` marked), ``values`` (:data:`TABLE_STATS`, formatted) and ``alarm`` (the drift
+    guard alarmed on this task at this checkpoint)."""
+    from rl_guards.rollouts.render import fmt_number
+
+    rows = []
+    for record in records:
+        if stats_of(record, task) is None:
+            continue
+        alarm = any(a.get("task") == task for a in record.get("alarms", []))
+        rows.append(
+            {
+                "step": str(record["step"]) + (" (baseline)" if record is records[0] else ""),
+                "values": [fmt_number(stat_value(record, task, key)) for key, _ in TABLE_STATS],
+                "alarm": alarm,
+            }
+        )
+    return rows
+
+
+TABLE_HEADER: tuple[str, ...] = ("step", *(label for _, label in TABLE_STATS), "alarm")
+
+
+def verdict(records: list[dict[str, Any]], tasks: list[str] | None = None) -> tuple[str, str]:
+    """``(severity, sentence)`` over the records (of ``tasks``): ``warning`` when the drift guard alarmed (reward up
+    while behaviour moved), else ``ok``, saying whether statistics moved beyond the default thresholds all the
+    same."""
+    if not records:
+        return "ok", "no drift records"
+    first, last = records[0]["step"], records[-1]["step"]
+    wanted = set(tasks) if tasks is not None else None
+    alarms = [
+        (r["step"], a.get("task", "")) for r in records for a in r.get("alarms", [])
+        if wanted is None or a.get("task") in wanted
+    ]  # fmt: skip
+    moved = [(t, d) for t, _, drifts in changes(records) if wanted is None or t in wanted for d in drifts]
+    if alarms:
+        steps = sorted({s for s, _ in alarms})
+        names = ", ".join(sorted({printable(t) for _, t in alarms}))
+        return "warning", (
+            f"drift: the training reward rose while behaviour moved beyond its thresholds (task {names}; alarm at "
+            f"step {', '.join(map(str, steps))})"
+        )
+    if moved:
+        return "ok", (
+            f"no alarm from the drift guard; {len(moved)} statistic(s) moved beyond the default thresholds between "
+            f"step {first} and step {last}"
+        )
+    return "ok", f"no alarm: no statistic moved beyond its threshold between step {first} and step {last}"
+
+
 def probe_pair(records: list[dict[str, Any]], task: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """The first probe prompt of ``task`` at the baseline and at the last checkpoint."""
     if len(records) < 2:
@@ -221,6 +273,7 @@ def probe_pair(records: list[dict[str, Any]], task: str) -> tuple[dict[str, Any]
 
 
 __all__ = [
+    "TABLE_HEADER",
     "TABLE_STATS",
     "changes",
     "clean_record",
@@ -232,4 +285,6 @@ __all__ = [
     "record_text",
     "stat_value",
     "stats_of",
+    "task_rows",
+    "verdict",
 ]

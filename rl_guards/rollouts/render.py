@@ -1,8 +1,8 @@
-"""Plain-text views of rollouts: whitespace made visible, one header line per rollout, two columns side by side."""
+"""Plain-text views of rollouts: whitespace made visible, one header line per rollout (two columns side by side:
+:func:`rl_guards.console.two_columns`)."""
 
 from __future__ import annotations
 
-import itertools
 import math
 import unicodedata
 from typing import Any
@@ -133,23 +133,6 @@ def format_rollout(row: dict[str, Any], prompt_chars: int = 300) -> str:
     if row.get("truncated"):
         lines.append("  [cut at max_completion_length: no end-of-turn token]")
     return "\n".join(lines)
-
-
-def side_by_side(left: str, right: str, width: int) -> str:
-    """Two texts in columns of ``width`` characters each, hard-wrapped, separated by ``│``."""
-    a, b = _wrap(left, width), _wrap(right, width)
-    return "\n".join(f"{x.ljust(width)} │ {y}".rstrip() for x, y in itertools.zip_longest(a, b, fillvalue=""))
-
-
-def _wrap(text: str, width: int) -> list[str]:
-    out = []
-    for line in text.split("\n"):
-        if not line:
-            out.append("")
-        while line:
-            out.append(line[:width])
-            line = line[width:]
-    return out
 
 
 def _indent(text: str, prefix: str = "  ") -> str:

@@ -368,7 +368,7 @@ def test_an_inf_reward_keeps_the_baseline_and_every_checkpoint_comparison(
 
     assert cli(["drift", str(tmp_path)]) == 0  # e1b9f62: exit 2, "no readable record"
     out = capsys.readouterr()
-    rows = [line.split()[0] for line in out.out.splitlines() if line.startswith("  ")]
+    rows = [w[0] for w in (line.split() for line in out.out.splitlines()) if w and (w[0] == "step" or w[0].isdigit())]
     assert rows == ["step", "0", "4", "step", "0", "4"]  # both tasks: the baseline and the checkpoint
     assert "completions with an infinite reward, left out of the reward means: arith 1" in out.err
     assert cli(["report", str(tmp_path), "-o", str(tmp_path / "r.html")]) == 0

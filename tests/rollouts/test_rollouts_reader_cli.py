@@ -8,8 +8,9 @@ import pytest
 from _rollouts_data import Harness, make_batch
 
 import rl_guards.cli.main as cli_main
+from rl_guards.console import side_by_side
 from rl_guards.rollouts.reader import RolloutStore, filter_rows, find_rollouts_dir
-from rl_guards.rollouts.render import side_by_side, visible_whitespace
+from rl_guards.rollouts.render import visible_whitespace
 
 
 @pytest.fixture
@@ -108,9 +109,30 @@ def test_visible_whitespace(text: str, shown: str) -> None:
     assert visible_whitespace(text) == shown
 
 
-def test_side_by_side_wraps_both_columns() -> None:
-    out = side_by_side("abcdefgh", "xy\nz", 4).split("\n")
-    assert out == ["abcd │ xy", "efgh │ z"]
+def test_side_by_side_wraps_both_columns_at_word_boundaries() -> None:
+    """Issue 38 #4: columns were cut every N characters, mid-word; now words wrap whole (a word longer than its
+    column is folded) and line breaks are kept."""
+    out = side_by_side("alpha beta gamma delta", "xy\nz", width=27).split("\n")
+    left = [line.split("│")[0].strip() for line in out]
+    right = [line.split("│")[1].strip() for line in out]
+    assert [w for line in left for w in line.split()] == ["alpha", "beta", "gamma", "delta"]  # no word cut
+    assert len(left) > 1 and right[:2] == ["xy", "z"]
+    folded = side_by_side("a" * 30, "b", width=27).split("\n")
+    assert "".join(line.split("│")[0].strip() for line in folded) == "a" * 30
+
+
+def test_cli_compare_never_cuts_a_word(tmp_path: Path, cli) -> None:
+    """Issue 38 #4: ``rollouts compare`` at a narrow width wraps completions at word boundaries."""
+    words = "the quick brown fox jumps over the lazy dog again and again"
+    h = Harness(str(tmp_path), every_steps=1)
+    h.batch(make_batch(0, [("echo", "Repeat the word: fox", [words, words])]))
+    h.batch(make_batch(1, [("echo", "Repeat the word: fox", [words + " later", words])]))
+    code, out, _ = cli("rollouts", str(tmp_path), "compare", "--steps", "0", "1", "--width", "60")
+    assert code == 0
+    cells = [part.strip() for line in out.split("\n") if "│" in line for part in line.split("│")]
+    shown = {w for cell in cells for w in cell.split()}
+    assert {"quick", "brown", "jumps", "again"} <= shown  # each word whole in some line
+    assert not {w for w in shown if w in ("qui", "bro", "jum", "agai")}
 
 
 def test_cli_list(run_dir: Path, cli) -> None:
@@ -118,8 +140,8 @@ def test_cli_list(run_dir: Path, cli) -> None:
     assert code == 0
     lines = out.strip().split("\n")
     assert "2 dumps" in lines[0]
-    assert lines[2].split() == ["0", "6", "periodic", "arith,echo"]
-    assert lines[3].split() == ["3", "6", "checkpoint", "4", "arith,echo"]
+    assert lines[2].split() == ["0", "6", "periodic", "arith,", "echo"]
+    assert lines[3].split() == ["3", "6", "checkpoint", "4", "arith,", "echo"]
 
 
 def test_cli_show_filters_and_makes_whitespace_visible(run_dir: Path, cli) -> None:
