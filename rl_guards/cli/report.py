@@ -1,4 +1,6 @@
-"""``rl-guards report RUN_DIR [-o report.html]``: one self-contained HTML page of a run's curves and rollouts."""
+"""``rl-guards report RUN_DIR [-o report.html]``: one self-contained HTML page of a run's findings, drift, curves and
+rollouts. Exit 0: written; 2: the folder is no run (nothing rl_guards or the trainer wrote is in it: the message says
+what was looked for) or no folder."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_guards.rollouts.render import printable
-from rl_guards.rollouts.report import collect, write_report
+from rl_guards.rollouts.report import collect, not_a_run, write_report
 
 
 def register(subparsers: Any) -> None:
@@ -28,6 +30,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"rl-guards report: {printable(args.run_dir)} is not a folder", file=sys.stderr)
         return 2
     data = collect(args.run_dir)
+    missing = not_a_run(data)
+    if missing is not None:
+        print(f"rl-guards report: {printable(args.run_dir)} is not a run folder: {missing}", file=sys.stderr)
+        return 2
     for item in data.unreadable:
         print(f"rl-guards report: skipped unreadable file {printable(item)}", file=sys.stderr)
     for note in data.notes:

@@ -13,7 +13,7 @@ as ``⟨U+D800⟩``). Every file is untrusted input: one that cannot be read is 
 
 from __future__ import annotations
 
-import html
+import hashlib
 import math
 import os
 import re
@@ -23,12 +23,12 @@ from typing import Any
 
 from rl_guards.core.metric_keys import parse_task_metric_key
 from rl_guards.rollouts.findings import FindingsLog, find_findings_file, load_findings
+from rl_guards.rollouts.html import render_macro, render_page
 from rl_guards.rollouts.reader import RolloutStore, has_anomaly
-from rl_guards.rollouts.render import flags, fmt_number, tail, visible_whitespace
+from rl_guards.rollouts.render import flags, fmt_number, tail
 from rl_guards.rollouts.store import write_atomic
 from rl_guards.rollouts.untrusted_json import UnreadableJSON, read_json
 
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f")
 MAX_COLUMNS = 6  # dumps shown side by side
 PROMPTS_PER_TASK = 3  # prompts per task in the side-by-side section
 COMPLETIONS_PER_CELL = 2
@@ -36,7 +36,6 @@ CELL_CHARS = 1500  # completion characters per cell (the dump keeps everything)
 CHART_METRICS = ("reward_mean", "dead_group_share", "dead_share", "truncated_rate")  # per-task log keys charted
 # log_history metric -> chart key, where the guard's name differs from the dump statistic's
 LOG_METRIC_CHART = {"dead_group_share": "dead_share"}
-SPECIAL_TOKEN = re.compile(r"(&lt;\|[^|<>]{1,40}\|&gt;|&lt;/?think&gt;)")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 STAT_COLUMNS = ["task", "group", "reward", "truncated", "think_anomalies"]  # what dump_stats reads
@@ -229,6 +228,22 @@ def collect(run_dir: str | os.PathLike[str]) -> RunData:
     return data
 
 
+def not_a_run(data: RunData) -> str | None:
+    """What a run folder would have and this one lacks (None: a run, something to report): a ``trainer_state.json``
+    (the trainer's), rollout dumps, ``findings.jsonl``, drift records (rl_guards')."""
+    from rl_guards.rollouts.store import default_rollouts_dir
+
+    found = data.trainer_state is not None or data.index or data.findings.path is not None or data.drift
+    if found or data.unreadable:  # an unreadable file of a run is still a run: the page names it
+        return None
+    rollouts = default_rollouts_dir(data.run_dir)
+    return (
+        f"no trainer_state.json (in it or a checkpoint-*/ folder), no rollout dumps or findings.jsonl (in it, "
+        f"{rollouts} or {rollouts.parent}), no drift records ({rollouts / 'drift'}). Pass the trainer's output_dir "
+        "(or the rollouts folder) of a run made with rl_guards."
+    )
+
+
 def _spread(items: list[Any], k: int) -> list[Any]:
     """At most ``k`` items, evenly spaced, first and last included."""
     if len(items) <= k:
@@ -254,12 +269,34 @@ def _nice_ticks(lo: float, hi: float, count: int = 5, *, integer: bool = False) 
     return ticks
 
 
+# A categorical palette (Tableau 20's dark shades first): each series name picks its colour by a stable hash, so a
+# task keeps its colour from one report to the next; two names on one page that hash to the same colour take the next
+# free one, in name order.
+PALETTE = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+    "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5",
+)  # fmt: skip
+
+
+def name_colour(name: str) -> str:
+    """The colour of a series name on its own: the same on every page (a stable hash of the name)."""
+    digest = hashlib.blake2s(name.encode("utf-8", "surrogatepass"), digest_size=4).digest()
+    return PALETTE[int.from_bytes(digest, "big") % len(PALETTE)]
+
+
 def task_colours(names: Any) -> dict[str, str]:
-    """One colour per series name (task), the same on every chart of the page: names sorted, palette in turn."""
-    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(sorted(set(names)))}
+    """One colour per series name (task), the same on every chart of the page and from one report to the next
+    (:func:`name_colour`); a name whose colour another name of the page already has takes the next free one."""
+    taken: dict[str, str] = {}
+    for name in sorted(set(names)):
+        start = PALETTE.index(name_colour(name))
+        free = [PALETTE[(start + i) % len(PALETTE)] for i in range(len(PALETTE))]
+        used = set(taken.values())
+        taken[name] = next((c for c in free if c not in used), free[0])
+    return taken
 
 
-def svg_line_chart(
+def chart_geometry(
     series: Series,
     title: str,
     width: int = 520,
@@ -267,15 +304,15 @@ def svg_line_chart(
     *,
     share: bool = False,
     colours: dict[str, str] | None = None,
-) -> str:
-    """An inline SVG line chart (one polyline and marker set per series, legend on the right). ``share``: the
-    values are fractions, so the y axis starts at 0. ``colours``: series name -> colour, shared by the page's
+) -> dict[str, Any]:
+    """What the ``chart`` macro draws: axes, ticks, one polyline and marker set per series, the legend. ``share``:
+    the values are fractions, so the y axis starts at 0. ``colours``: series name -> colour, shared by the page's
     charts (default: :func:`task_colours` of this chart's series)."""
-    esc = html.escape
     series = {name: [p for p in values if _chartable(p[0]) and _chartable(p[1])] for name, values in series.items()}
     points = [p for values in series.values() for p in values]
+    chart: dict[str, Any] = {"title": title, "width": width, "height": height, "series": []}
     if not points:
-        return f'<div class="empty">{esc(title)}: no data</div>'
+        return chart
     left, right, top, bottom = 52, 150, 28, 36
     plot_w, plot_h = width - left - right, height - top - bottom
     xs, ys = [p[0] for p in points], [p[1] for p in points]
@@ -296,105 +333,69 @@ def svg_line_chart(
     def sy(y: float) -> float:
         return top + plot_h - (y - y_lo) / (y_hi - y_lo) * plot_h
 
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}"'
-        f' role="img" aria-label="{esc(title)}">',
-        f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
-        f'<text x="{left}" y="16" class="ct">{esc(title)}</text>',
-    ]
-    for t in y_ticks:
-        y = sy(t)
-        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}" stroke="#e5e5e5"/>')
-        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" class="tk">{t + 0.0:g}</text>')
-    for t in _nice_ticks(x_lo, x_hi, 6, integer=True):
-        if x_lo - 1e-9 <= t <= x_hi + 1e-9:
-            x = sx(t)
-            parts.append(f'<line x1="{x:.1f}" y1="{top + plot_h}" x2="{x:.1f}" y2="{top + plot_h + 4}" stroke="#555"/>')
-            parts.append(f'<text x="{x:.1f}" y="{top + plot_h + 16}" text-anchor="middle" class="tk">{t:g}</text>')
-    parts.append(
-        f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#888"/>'
-        f'<text x="{left + plot_w / 2}" y="{height - 4}" text-anchor="middle" class="tk">step</text>'
-    )
     colours = colours or task_colours(series)
-    for i, (name, values) in enumerate(sorted(series.items())):
-        color = colours.get(name, PALETTE[i % len(PALETTE)])
-        values = sorted(values)
-        coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in values)
-        if len(values) > 1:
-            parts.append(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="2"/>')
-        for x, y in values:
-            parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{color}"><title>')
-            parts.append(f"{esc(name)} step {x:g}: {y:.4g}</title></circle>")
-        ly = top + 12 + i * 18
-        parts.append(f'<rect x="{left + plot_w + 12}" y="{ly - 9}" width="12" height="12" fill="{color}"/>')
-        parts.append(f'<text x="{left + plot_w + 30}" y="{ly + 1}" class="lg">{esc(tail(name, 18))}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+    chart.update(
+        left=left, top=top, plot_w=plot_w, plot_h=plot_h,
+        y_ticks=[{"y": sy(t), "label": f"{t + 0.0:g}"} for t in y_ticks],
+        x_ticks=[
+            {"x": sx(t), "label": f"{t:g}"}
+            for t in _nice_ticks(x_lo, x_hi, 6, integer=True)
+            if x_lo - 1e-9 <= t <= x_hi + 1e-9
+        ],
+        series=[
+            {
+                "name": name,
+                "legend": tail(name, 18),
+                "colour": colours.get(name) or name_colour(name),
+                "legend_y": top + 12 + i * 18,
+                "points": [{"x": sx(x), "y": sy(y), "label": f"{x:g}: {y:.4g}"} for x, y in sorted(values)],
+            }
+            for i, (name, values) in enumerate(sorted(series.items()))
+        ],
+    )  # fmt: skip
+    return chart
+
+
+def svg_line_chart(series: Series, title: str, width: int = 520, height: int = 260, **kwargs: Any) -> str:
+    """An inline SVG line chart (:func:`chart_geometry` drawn by the ``chart`` macro)."""
+    return render_macro("chart", chart_geometry(series, title, width, height, **kwargs))
 
 
 # ----- HTML --------------------------------------------------------------------------------------------------
-CSS = """
-body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#222;background:#fafafa}
-h1{font-size:22px;margin:0 0 4px} h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd}
-h3{font-size:15px;margin:18px 0 6px} .meta{color:#666;font-size:13px}
-.charts{display:flex;flex-wrap:wrap;gap:12px} .charts svg{border:1px solid #ddd;background:#fff}
-.ct{font-size:13px;font-weight:600;fill:#222} .tk{font-size:11px;fill:#555} .lg{font-size:11px;fill:#222}
-table{border-collapse:collapse;font-size:13px;background:#fff} td,th{border:1px solid #ddd;padding:4px 8px;
-vertical-align:top;text-align:left} th{background:#f0f0f0}
-.grid td{min-width:260px;max-width:420px} .prompt{background:#f6f8fa}
-pre{white-space:pre-wrap;word-break:break-word;font-size:12px;margin:4px 0;font-family:Menlo,Consolas,monospace}
-.tok{color:#a0008f;background:#fbe9f8;border-radius:3px} .hdr{font-size:12px;color:#333;margin-top:6px}
-.bad{color:#b00020;font-weight:600} .empty{color:#888;font-style:italic;padding:8px}
-.cut{color:#888;font-size:11px} .info{color:#666}
-.stop{background:#fde7ea;border:2px solid #b00020;border-radius:4px;padding:10px 14px;margin:12px 0}
-.stop h2{border:none;margin:0 0 6px;color:#b00020} .sev-error{background:#f8c9cf} .sev-warning{background:#ffe8a8}
-.sev-info{background:#e3ecf7} .findings td.msg{max-width:760px}
-"""
-
-
-def _pre(text: str) -> str:
-    escaped = html.escape(visible_whitespace(text))
-    return "<pre>" + SPECIAL_TOKEN.sub(r'<span class="tok">\1</span>', escaped) + "</pre>"
-
-
-def _rollout_cell(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return '<span class="empty">prompt not in this dump</span>'
-    rewards = [r["reward"] for r in rows if r.get("reward") is not None]
-    mean = sum(rewards) / len(rewards) if rewards else None
-    parts = [f'<div class="hdr">{len(rows)} rollouts, mean reward <b>{html.escape(fmt_number(mean))}</b></div>']
-    for row in rows[:COMPLETIONS_PER_CELL]:
-        flag_html = "".join(
-            f' <span class="{"bad" if _is_bad(mark) else "info"}">{html.escape(mark)}</span>' for mark in flags(row)
-        )
-        parts.append(
-            f'<div class="hdr">group {row.get("group")} · reward {html.escape(fmt_number(row.get("reward")))} · '
-            f"adv {html.escape(fmt_number(row.get('advantage'), signed=True))}{flag_html}</div>"
-        )
-        text = row.get("completion") or ""
-        parts.append(_pre(text[:CELL_CHARS]))
-        if len(text) > CELL_CHARS:
-            parts.append(f'<div class="cut">… {len(text) - CELL_CHARS} more characters in the dump</div>')
-    return "".join(parts)
-
-
 def _is_bad(mark: str) -> bool:
     return mark == "TRUNCATED" or mark.startswith("anomalies=") or mark == "think=anomalous"
 
 
-def _side_by_side(columns: list[tuple[str, list[dict[str, Any]]]]) -> str:
-    if not columns:
-        return '<div class="empty">no rollout dumps in this run</div>'
+def _cell(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One prompt's rollouts in one dump: how many, their mean reward, the first few with their flags."""
+    rewards = [r["reward"] for r in rows if r.get("reward") is not None]
+    mean = sum(rewards) / len(rewards) if rewards else None
+    shown = []
+    for row in rows[:COMPLETIONS_PER_CELL]:
+        text = row.get("completion") or ""
+        shown.append(
+            {
+                "group": row.get("group"),
+                "reward": fmt_number(row.get("reward")),
+                "advantage": fmt_number(row.get("advantage"), signed=True),
+                "flags": [{"text": mark, "bad": _is_bad(mark)} for mark in flags(row)],
+                "completion": text[:CELL_CHARS],
+                "cut": max(0, len(text) - CELL_CHARS),
+            }
+        )
+    return {"rows": len(rows), "mean": fmt_number(mean), "shown": shown}
+
+
+def _grid(columns: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    """Per task: the prompts two or more dumps share, each a row of cells (one per dump); else each dump's first."""
     indexed = []  # per column: task -> prompt -> rows
     for _, rows in columns:
         per_task: dict[str, dict[str, list[dict[str, Any]]]] = {}
         for row in rows:
             per_task.setdefault(row["task"], {}).setdefault(row.get("prompt") or "", []).append(row)
         indexed.append(per_task)
-    tasks = sorted({t for per_task in indexed for t in per_task})
     out = []
-    head = "".join(f"<th>{html.escape(title)}</th>" for title, _ in columns)
-    for task in tasks:
+    for task in sorted({t for per_task in indexed for t in per_task}):
         presence: dict[str, int] = {}
         order: list[str] = []
         for per_task in indexed:
@@ -403,40 +404,19 @@ def _side_by_side(columns: list[tuple[str, list[dict[str, Any]]]]) -> str:
                     order.append(prompt)
                 presence[prompt] = presence.get(prompt, 0) + 1
         shared = sorted((p for p in order if presence[p] > 1), key=lambda p: (-presence[p], order.index(p)))
-        out.append(f"<h3>task {html.escape(task)}</h3>")
-        if shared:
-            out.append(f'<table class="grid"><tr><th>prompt (tail)</th>{head}</tr>')
-            for prompt in shared[:PROMPTS_PER_TASK]:
-                cells = "".join(f"<td>{_rollout_cell(pt.get(task, {}).get(prompt, []))}</td>" for pt in indexed)
-                out.append(f'<tr><td class="prompt">{_pre(tail(prompt, 400))}</td>{cells}</tr>')
-            out.append("</table>")
-        else:
-            out.append(
-                '<div class="meta">No prompt of this task appears in two of these dumps; showing the first '
-                "prompts of each dump instead.</div>"
-            )
-            out.append(f'<table class="grid"><tr>{head}</tr><tr>')
-            for pt in indexed:
-                prompts = list(pt.get(task, {}).items())[:PROMPTS_PER_TASK]
-                cell = "".join(
-                    f'<div class="prompt">{_pre(tail(p, 200))}</div>{_rollout_cell(rows)}' for p, rows in prompts
-                )
-                out.append(f"<td>{cell or '<span class=empty>no rows</span>'}</td>")
-            out.append("</tr></table>")
-    return "".join(out)
-
-
-def _index_table(index: list[dict[str, Any]]) -> str:
-    if not index:
-        return '<div class="empty">no rollout dumps found</div>'
-    rows = "".join(
-        f"<tr><td>{e['step']}</td><td>{e['rows']}</td><td>{html.escape(e['reason'])}</td>"
-        f"<td>{'' if e.get('checkpoint') is None else e['checkpoint']}</td>"
-        f"<td>{html.escape(', '.join(e['tasks']))}</td><td>{html.escape(e['file'])}</td></tr>"
-        for e in index
-    )
-    head = "".join(f"<th>{name}</th>" for name in ("step", "rows", "reason", "checkpoint", "tasks", "file"))
-    return f"<table><tr>{head}</tr>{rows}</table>"
+        rows = [
+            {"prompt": tail(prompt, 400), "cells": [_cell(pt.get(task, {}).get(prompt, [])) for pt in indexed]}
+            for prompt in shared[:PROMPTS_PER_TASK]
+        ]
+        first = [
+            [
+                {"prompt": tail(p, 200), "cell": _cell(found)}
+                for p, found in list(pt.get(task, {}).items())[:PROMPTS_PER_TASK]
+            ]
+            for pt in indexed
+        ]
+        out.append({"task": task, "shared": bool(shared), "rows": rows, "first": first})
+    return out
 
 
 CHARTS = (
@@ -445,6 +425,7 @@ CHARTS = (
     ("truncated_rate", "truncated share"),
     ("anomaly_rate", "think-markup anomaly share"),
 )
+FINDING_CHARS = 1200  # message characters shown per finding (the file keeps all)
 
 
 def page_colours(data: RunData) -> dict[str, str]:
@@ -453,134 +434,131 @@ def page_colours(data: RunData) -> dict[str, str]:
     return task_colours(name for series in curves for name in series)
 
 
-def render_html(data: RunData) -> str:
-    """The whole page."""
-    esc = html.escape
+def page_context(data: RunData) -> dict[str, Any]:
+    """Everything ``report.html.j2`` shows, as plain values (the template escapes every text)."""
     colours = page_colours(data)
-    charts_log = "".join(
-        svg_line_chart(data.log_curves[m], f"{title} — training log", share=m != "reward_mean", colours=colours)
-        for m, title in CHARTS
-        if data.log_curves.get(m)
-    )
-    charts_dump = "".join(
-        svg_line_chart(data.dump_curves[m], f"{title} — dumps", share=m != "reward_mean", colours=colours)
-        for m, title in CHARTS
-        if data.dump_curves.get(m)
-    )
     stop = data.findings.stop
     if data.trainer_state:
-        state = esc(str(data.trainer_state))
+        state = str(data.trainer_state)
     elif stop is not None:
-        state = f"none (the run stopped at step {esc(str(stop['step']))}, before its first checkpoint)"
+        state = f"none (the run stopped at step {stop['step']}, before its first checkpoint)"
     else:
         state = "none found"
-    notes = "".join(
-        f'<div class="meta">{esc(title)}: {n} non-finite value(s) (inf) left out of the chart</div>'
-        for m, title in CHARTS
-        if (n := data.skipped.get(m))
-    )
-    notes += "".join(f'<div class="meta">skipped unreadable file: {esc(item)}</div>' for item in data.unreadable)
-    notes += "".join(f'<div class="meta bad">{esc(note)}</div>' for note in data.notes)
-    return (
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-        f"<title>rl_guards report — {esc(data.run_dir.name)}</title><style>{CSS}</style></head><body>"
-        f"<h1>rl_guards report: {esc(str(data.run_dir))}</h1>"
-        f'<div class="meta">trainer state: {state} · {len(data.index)} rollout dumps</div>{notes}'
-        f"{_findings_section(data.findings)}"
-        f"{_drift_section(data.drift)}"
-        "<h2>Curves from the training log</h2>"
-        f'<div class="charts">{charts_log or "<div class=empty>no rl_guards or reward keys in log_history</div>"}</div>'
-        "<h2>Curves from the rollout dumps</h2>"
-        f'<div class="charts">{charts_dump or "<div class=empty>no rollout dumps</div>"}</div>'
-        "<h2>Rollouts side by side</h2>"
-        '<div class="meta">Same rendered prompt across dumps (checkpoint dumps when there are any). Whitespace is '
-        "visible: ↵ line break, ⇥ tab, · leading/trailing space; special tokens highlighted.</div>"
-        f"{_side_by_side(data.columns)}"
-        f"<h2>Dumps</h2>{_index_table(data.index)}"
-        "</body></html>"
-    )
+    return {
+        "run_name": data.run_dir.name,
+        "run_dir": str(data.run_dir),
+        "state": state,
+        "skipped_notes": [
+            f"{title}: {n} non-finite value(s) (inf) left out of the chart"
+            for m, title in CHARTS
+            if (n := data.skipped.get(m))
+        ],
+        "unreadable": data.unreadable,
+        "notes": data.notes,
+        "stop": _stop(data.findings),
+        "findings_file": data.findings.path is not None,
+        "findings": _findings(data.findings),
+        "drift": _drift(data.drift),
+        "charts_log": [
+            chart_geometry(data.log_curves[m], f"{title} — training log", share=m != "reward_mean", colours=colours)
+            for m, title in CHARTS
+            if data.log_curves.get(m)
+        ],
+        "charts_dump": [
+            chart_geometry(data.dump_curves[m], f"{title} — dumps", share=m != "reward_mean", colours=colours)
+            for m, title in CHARTS
+            if data.dump_curves.get(m)
+        ],
+        "columns": [title for title, _ in data.columns],
+        "grid": _grid(data.columns),
+        "dumps": [_dump_entry(e) for e in data.index],
+    }
 
 
-FINDING_CHARS = 1200  # message characters shown per finding (the file keeps all)
+def _dump_entry(e: dict[str, Any]) -> dict[str, Any]:
+    checkpoint = "" if e.get("checkpoint") is None else e["checkpoint"]
+    return {
+        **{k: e[k] for k in ("step", "rows", "reason", "file")},
+        "checkpoint": checkpoint,
+        "tasks": ", ".join(e["tasks"]),
+    }
 
 
-def _findings_section(log: FindingsLog) -> str:
-    """The stop reason (when a guard stopped the run), then one row per finding kind, most severe first."""
-    esc = html.escape
-    parts = []
-    if log.stop is not None:
-        stop = log.stop
-        parts.append(
-            f'<div class="stop" id="stop"><h2>Stopped by {esc(stop["guard"])}{"/" if stop["kind"] else ""}'
-            f'{esc(stop["kind"])} at step '
-            f"{esc(str(stop['step']))}</h2>{_pre(stop['message'][:FINDING_CHARS])}</div>"
-        )
-    parts.append('<h2 id="findings">Findings</h2>')
-    if log.path is None:
-        parts.append('<div class="empty">no findings (no findings.jsonl next to the dumps: the guards found nothing, '
-                     "or the run was written by an rl_guards that did not record findings)</div>")  # fmt: skip
-        return "".join(parts)
-    if not log.findings:
-        parts.append('<div class="empty">no findings</div>')
-        return "".join(parts)
-    head = "".join(f"<th>{name}</th>" for name in ("severity", "guard/kind", "first step", "count", "message"))
-    rows = []
+def render_html(data: RunData) -> str:
+    """The whole page."""
+    return render_page("report.html.j2", **page_context(data))
+
+
+def _stop(log: FindingsLog) -> dict[str, Any] | None:
+    """The stop box: the stop record, the finding whose error stopped the run (one source: the session's stop)."""
+    if log.stop is None:
+        return None
+    stop = log.stop
+    message = stop["message"] or "(message not recorded)"
+    return {
+        "name": f"{stop['guard']}/{stop['kind']}" if stop["kind"] else stop["guard"],
+        "step": stop["step"],
+        "message": message[:FINDING_CHARS],
+        "cut": max(0, len(message) - FINDING_CHARS),
+    }
+
+
+def _findings(log: FindingsLog) -> list[dict[str, Any]]:
+    """One row per finding kind, most severe first; the stopping kind's message points at the stop box."""
     stopped_by = (log.stop["guard"], log.stop["kind"]) if log.stop is not None else None
+    rows = []
     for f in log.findings:
         message = f["message"] or "(message not recorded)"
         if (f["guard"], f["kind"]) == stopped_by:  # its whole message is in the stop box above
             message = message.strip().splitlines()[0] + " (the full message is in the stop box above)"
-        cut = len(message) > FINDING_CHARS
-        more = f'<div class="cut">… {len(message) - FINDING_CHARS} more characters in findings.jsonl</div>'
         rows.append(
-            f'<tr class="sev-{esc(f["severity"])}"><td>{esc(f["severity"])}</td><td>{esc(f["guard"])}/'
-            f"{esc(f['kind'])}</td><td>{esc(fmt_value(f['first_step']))}</td><td>{esc(fmt_value(f['count']))}</td>"
-            f'<td class="msg">{_pre(message[:FINDING_CHARS])}{more if cut else ""}</td></tr>'
+            {
+                "severity": f["severity"],
+                "name": f"{f['guard']}/{f['kind']}",
+                "first_step": fmt_value(f["first_step"]),
+                "count": fmt_value(f["count"]),
+                "message": message[:FINDING_CHARS],
+                "cut": max(0, len(message) - FINDING_CHARS),
+            }
         )
-    parts.append(f'<table class="findings"><tr>{head}</tr>{"".join(rows)}</table>')
-    return "".join(parts)
+    return rows
 
 
-def _drift_section(records: list[dict[str, Any]]) -> str:
-    """Behaviour of the fixed probe prompts per checkpoint, the changes since the baseline, completions side by
-    side (empty when the run has no drift records)."""
-    from rl_guards.rollouts.drift_records import TABLE_STATS, changes, probe_pair, record_notes, stat_value, stats_of
+def _drift(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The drift section, with the same table (alarm column included) and verdict as ``rl-guards drift``."""
+    from rl_guards.rollouts.drift_records import TABLE_HEADER, changes, probe_pair, record_notes, task_rows, verdict
 
     if not records:
-        return ""
-    esc = html.escape
-    parts = [
-        "<h2>Behaviour drift on the probe prompts</h2>",
-        '<div class="meta">The same prompts generated at step 0 (baseline) and at every checkpoint.</div>',
-        *(f'<div class="meta">{esc(note)}</div>' for note in record_notes(records)),
-    ]
+        return None
+    level, sentence = verdict(records)
     tasks = sorted({t for r in records for t in r.get("stats", {})})
-    for task in tasks:
-        head = "".join(f"<th>{esc(label)}</th>" for _, label in TABLE_STATS)
-        body = ""
-        for record in records:
-            stats = stats_of(record, task)
-            if stats is None:
-                continue
-            alarm = any(a.get("task") == task for a in record.get("alarms", []))
-            cells = "".join(f"<td>{esc(fmt_value(stat_value(record, task, key)))}</td>" for key, _ in TABLE_STATS)
-            body += f"<tr{' class=bad' if alarm else ''}><td>{esc(str(record['step']))}</td>{cells}</tr>"
-        parts.append(f"<h3>task {esc(task)}</h3><table><tr><th>step</th>{head}</tr>{body}</table>")
+    moved = []
     for task, step, drifts in changes(records):
         if not drifts:
             continue
-        items = "".join(f"<li>{esc(d.describe())}</li>" for d in drifts)
-        parts.append(f"<h3>task {esc(task)}: changes since the baseline (step {step})</h3><ul>{items}</ul>")
         pair = probe_pair(records, task)
-        if pair is not None:
-            before, after = pair
-            parts.append(
-                f'<div class="meta">probe prompt: {esc(str(before.get("prompt", ""))[-300:])}</div>'
-                "<table><tr><th>baseline</th><th>step " + esc(str(step)) + "</th></tr><tr>"
-                f"<td>{_pre(str(before.get('completion', '')))}</td><td>{_pre(str(after.get('completion', '')))}</td>"
-                "</tr></table>"
-            )
-    return "".join(parts)
+        moved.append(
+            {
+                "task": task,
+                "step": step,
+                "drifts": [d.describe() for d in drifts],
+                "pair": None
+                if pair is None
+                else {
+                    "prompt": str(pair[0].get("prompt", ""))[-300:],
+                    "before": str(pair[0].get("completion", "")),
+                    "after": str(pair[1].get("completion", "")),
+                },
+            }
+        )
+    return {
+        "notes": record_notes(records),
+        "level": level,
+        "verdict": sentence,
+        "header": TABLE_HEADER,
+        "tasks": [{"name": task, "rows": task_rows(records, task)} for task in tasks],
+        "changes": moved,
+    }
 
 
 def fmt_value(value: Any) -> str:

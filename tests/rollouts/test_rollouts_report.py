@@ -92,7 +92,7 @@ def test_report_is_self_contained_and_escaped(run_dir: Path, monkeypatch: pytest
     assert _run_cli(monkeypatch, "report", str(run_dir), "-o", str(out)) == 0
     page = out.read_text(encoding="utf-8")
     assert "<script" not in page.lower() and "<img" not in page.lower()
-    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+    assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in page  # escaped by the template (jinja2 autoescape)
     # No fetches: the only URLs are the SVG namespace and the escaped text of the completion.
     assert set(re.findall(r"https?://[^\s\"'<>&]+", page)) <= {"http://www.w3.org/2000/svg", "http://example.com/a.png"}
     assert not re.search(r"<[a-zA-Z][^>]*\s(src|href)\s*=", page)  # no tag loads anything
@@ -109,10 +109,22 @@ def test_default_output_path(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert (run_dir / "rl_guards_report.html").is_file()
 
 
-def test_report_without_dumps_or_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_folder_that_is_no_run_exits_2_and_says_what_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 38 #5: an empty folder (or a typo'd one) used to give exit 0 and a page saying the guards found nothing."""
+    (tmp_path / "notes.txt").write_text("not a run")
+    assert _run_cli(monkeypatch, "report", str(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert "is not a run folder" in err and "no trainer_state.json" in err and "findings.jsonl" in err
+    assert not (tmp_path / "rl_guards_report.html").exists()
+
+
+def test_report_with_only_a_trainer_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"global_step": 2, "log_history": _history(range(1, 3))}))
     assert _run_cli(monkeypatch, "report", str(tmp_path)) == 0
     page = (tmp_path / "rl_guards_report.html").read_text()
-    assert "no rollout dumps" in page and "none found" in page
+    assert "no rollout dumps" in page and "trainer_state.json" in page
 
 
 # ----- a real render -----------------------------------------------------------------------------------------
