@@ -107,6 +107,8 @@ class RolloutRecorder(Guard):
         self._next_due = 0  # the next multiple of every_steps a batch must reach to be dumped
         self._due_step: int | None = None  # the step being dumped (its other generation batches join the file)
         self._due = False  # this batch is dumped
+        # tracker tables of dumps, (step, columns, rows), held while their step may still get a checkpoint tag
+        self._tables: list[tuple[int, list[str], list[list[Any]]]] = []
 
     def state_dict(self) -> dict[str, Any]:
         return {"write_errors": self.write_errors, "next_due": self._next_due, "due_step": self._due_step}
@@ -163,6 +165,7 @@ class RolloutRecorder(Guard):
             return
         self._buffer(batch)
         self._dump("stopped", None, report, wait=True)
+        self._log_tables(report, hold=False)
 
     def _buffer(self, batch: RolloutBatch) -> None:
         """Keep ``batch`` with the other batches of its step (a new step starts an empty buffer)."""
@@ -182,6 +185,9 @@ class RolloutRecorder(Guard):
         match = re.search(r"checkpoint-(\d+)$", str(checkpoint_dir).rstrip("/\\"))
         checkpoint = int(match.group(1)) if match else (report.step if report.step is not None else self._step)
         self._dump("checkpoint", checkpoint, report, wait=True)
+        if self._written is not None:  # the step's table (if held) names the checkpoint, then goes out
+            self._tag_tables(self._written[0], self._written[2])
+        self._log_tables(report, hold=False)
 
     def on_step_end(self, final: bool, report: Reporter) -> None:
         """Report finished writes before the trainer logs; at the last step, wait for every pending dump."""
@@ -194,6 +200,7 @@ class RolloutRecorder(Guard):
         if self.ctx.is_main_process:
             self._writer.close()
             self._drain(report)
+            self._log_tables(report, hold=False)
 
     def flush(self, report: Reporter) -> None:
         """Wait until every submitted dump is on disk, and report what happened to them."""
@@ -384,7 +391,30 @@ class RolloutRecorder(Guard):
                 if value["new_rows"]:
                     report.metric("dumped_rows", float(value["new_rows"]))
                 if value["wandb"] is not None:
-                    report.table(WANDB_KEY, *value["wandb"])
+                    self._tables.append((int(value["step"]), *value["wandb"]))
+        self._log_tables(report)
+
+    # ----- tracker tables -----------------------------------------------------------------------------
+    def _log_tables(self, report: Reporter, *, hold: bool = True) -> None:
+        """Log the held dump tables, each at its own step (the tracker's row of that step); ``hold``: keep those of
+        the current step, whose checkpoint tag (a save at the end of the step) is not known yet."""
+        keep = []
+        for step, columns, rows in self._tables:
+            if hold and step == self._step:
+                keep.append((step, columns, rows))
+                continue
+            report.session.reporter(report.guard, report.config, step).table(WANDB_KEY, columns, rows)
+        self._tables = keep
+
+    def _tag_tables(self, step: int, checkpoint: int | None) -> None:
+        """The held tables of ``step`` name ``checkpoint`` (a periodic dump re-tagged by the save that followed)."""
+        if checkpoint is None:
+            return
+        for table_step, columns, rows in self._tables:
+            if table_step == step and "checkpoint" in columns:
+                at = columns.index("checkpoint")
+                for row in rows:
+                    row[at] = checkpoint
 
     def _folder_removed(self, step: int, lost: list[int], report: Reporter) -> None:
         """The dump folder was gone when the dump of ``step`` was written: it was made again (warned once)."""

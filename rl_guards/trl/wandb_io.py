@@ -3,12 +3,16 @@
 Scalars never go through here: they travel in the trainer's own metric buffer so that HF's tracker callbacks log
 them with the step. What goes through here reaches W&B and trackio alike, whichever has an active run:
 
-- W&B: ``run.log(commit=False)`` (merged into the row HF commits next), ``run.summary``, ``run.alert``,
-  ``run.config``.
-- trackio (local-first; TRL sends it its completions table too): values are held and merged into the next row HF's
-  ``TrackioCallback`` logs (:func:`take_trackio_rows`, wired by the router), or logged at once when no such
-  callback runs; ``trackio.alert``; the run config (written with the run's first row); trackio has no run summary,
-  so the summary entries go out as one ``rl_guards/summary`` table at train end (:func:`flush_trackio`).
+- W&B: a table or page about a trainer step (a rollout dump's, a checkpoint's drift probes, the preflight report at
+  step 0) is a row of its own at that step (``train/global_step``, the x-axis HF gives the run), so it sits at its
+  step whenever it is written; other values ``run.log(commit=False)`` (merged into the row HF commits next);
+  ``run.summary``, ``run.alert``, ``run.config``.
+- trackio (local-first; TRL sends it its completions table too): a value about a step is logged at that step (the
+  router makes HF's ``TrackioCallback`` log its rows at the trainer's step too, not at trackio's own counter); other
+  values are held and merged into the next row HF's callback logs (:func:`take_trackio_rows`), or logged at once
+  when no such callback runs; ``trackio.alert``; the run config (written with the run's first row); trackio has no
+  run summary, so the summary entries go out as one ``rl_guards/summary`` table at train end
+  (:func:`flush_trackio`).
 
 Tables and HTML are built tracker-neutral (:func:`table`, :class:`Html`) and converted per tracker. Everything is
 best effort: no run, no import, or an error → a no-op.
@@ -25,6 +29,7 @@ from typing import Any
 logger = logging.getLogger("rl_guards")
 
 SUMMARY_TABLE_KEY = "rl_guards/summary"  # trackio's stand-in for the W&B run summary
+STEP_KEY = "train/global_step"  # the trainer's step, as HF's tracker callbacks log it (W&B's x-axis)
 
 
 @dataclass(frozen=True)
@@ -94,30 +99,39 @@ def _cell(value: Any) -> Any:
     return value if value is None or isinstance(value, str | int | float | bool) else json.dumps(value, default=str)
 
 
-def log(data: dict[str, Any]) -> bool:
-    """Log ``data`` to every active tracker without advancing its step; True if some tracker took it."""
+def log(data: dict[str, Any], step: int | None = None) -> bool:
+    """Log ``data`` to every active tracker; True if some tracker took it. ``step``: the trainer's step the values are
+    about (a row of their own at that step); None: merged into the trainer's next row."""
     logged = False
     run = wandb_run()
     if run is not None:
         try:
-            run.log({k: _for_wandb(v) for k, v in data.items()}, commit=False)
+            values = {k: _for_wandb(v) for k, v in data.items()}
+            if step is None:
+                run.log(values, commit=False)
+            else:
+                run.log({**values, STEP_KEY: int(step)})
             logged = True
         except Exception as exc:  # logging problems at run time only warn
             logger.warning("rl_guards: could not log %s to W&B: %s", sorted(data), exc)
     if trackio_run() is not None:
-        if _TrackioState.merge:
+        if _TrackioState.merge and step is None:
             _TrackioState.pending.update(data)
             logged = True
         else:
-            logged = _log_trackio(data) or logged
+            logged = _log_trackio(data, step) or logged
     return logged
 
 
-def _log_trackio(data: dict[str, Any]) -> bool:
+def _log_trackio(data: dict[str, Any], step: int | None = None) -> bool:
     try:
         import trackio
 
-        trackio.log({k: _for_trackio(v) for k, v in data.items()})
+        values = {k: _for_trackio(v) for k, v in data.items()}
+        if step is None:
+            trackio.log(values)
+        else:
+            trackio.log({**values, STEP_KEY: int(step)}, step=int(step))
         return True
     except Exception as exc:
         logger.warning("rl_guards: could not log %s to trackio: %s", sorted(data), exc)
@@ -179,13 +193,14 @@ def set_summary(values: dict[str, Any]) -> bool:
 
 
 def alert(title: str, text: str, level: str = "warning") -> bool:
-    """An alert (``level``: info, warning, error); W&B itself drops a repeat of a title within 5 minutes."""
+    """An alert (``level``: a severity, :mod:`rl_guards.core.severity`); W&B itself drops a repeat of a title within
+    5 minutes."""
     done = False
     if wandb_run() is not None:
         try:
             import wandb
 
-            levels = {"info": wandb.AlertLevel.INFO, "warning": wandb.AlertLevel.WARN, "error": wandb.AlertLevel.ERROR}
+            levels = {"info": wandb.AlertLevel.INFO, "blocking": wandb.AlertLevel.ERROR}
             wandb_run().alert(title=title, text=text, level=levels.get(level, wandb.AlertLevel.WARN), wait_duration=300)
             done = True
         except Exception as exc:
@@ -194,7 +209,7 @@ def alert(title: str, text: str, level: str = "warning") -> bool:
         try:
             import trackio
 
-            levels = {"info": trackio.AlertLevel.INFO, "error": trackio.AlertLevel.ERROR}
+            levels = {"info": trackio.AlertLevel.INFO, "blocking": trackio.AlertLevel.ERROR}
             trackio.alert(title=title, text=text, level=levels.get(level, trackio.AlertLevel.WARN))
             done = True
         except Exception as exc:
@@ -228,8 +243,8 @@ class RunTracker:
     def active(self) -> bool:
         return active_run() is not None
 
-    def log(self, data: dict[str, Any]) -> bool:
-        return log(data)
+    def log(self, data: dict[str, Any], step: int | None = None) -> bool:
+        return log(data, step)
 
     def table(self, columns: list[str], rows: list[list[Any]]) -> Table:
         return table(columns, rows)
