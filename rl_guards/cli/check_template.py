@@ -3,8 +3,8 @@
 ::
 
     rl-guards check-template qwen3_5_think --prefill '<think>\\n'       # a TRL template name
-    rl-guards check-template ./my-model --prompt "Solve 3x=9" --enable-thinking false
-    rl-guards check-template deepseek_r1_distill --string-prefill '<think>\\n'
+    rl-guards check-template ./my-model --prompt "Solve 3x=9" --enable_thinking false
+    rl-guards check-template deepseek_r1_distill --string_prefill '<think>\\n'
 
 Prints the rendered generation prompt with thinking on, off and as the run asks (``repr``: whitespace visible),
 then the verdict. A template that needs a special token the tokenizer lacks (``bos_token`` in llama3 with a Qwen
@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rl_guards.cli.help import plain
 from rl_guards.core.templates import visible_tail
 
 SHOWN_CHARS = 240  # characters of each render printed
@@ -28,7 +29,7 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "check-template",
         help="render a chat template as GRPOTrainer does and check its think blocks",
-        description=__doc__,
+        description=plain(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("source", help="tokenizer directory, .jinja file, or a TRL template name (e.g. qwen3)")
@@ -56,17 +57,18 @@ def _unescape(text: str | None) -> str | None:
 
 
 def load_tokenizer(source: str) -> Any:
-    """A tokenizer directory, a .jinja file (Qwen tokenizer + that template), or a TRL template name."""
-    path = Path(source)
-    if path.is_dir():
-        from transformers import AutoTokenizer
+    """What renders the template: a TRL template name, a .jinja file (with Qwen3's special tokens) or a tokenizer
+    directory whose chat template is in its files, rendered by jinja2 as transformers renders it (no model, no
+    torch: :mod:`rl_guards.chat.jinja_render`); a directory whose template only its tokenizer class knows is loaded
+    with transformers' ``AutoTokenizer``."""
+    from rl_guards.chat.jinja_render import renderer_for
 
-        return AutoTokenizer.from_pretrained(str(path))
-    from rl_guards.testing import build_tokenizer
+    renderer = renderer_for(source)
+    if renderer is not None:
+        return renderer
+    from transformers import AutoTokenizer
 
-    if path.is_file():
-        return build_tokenizer(chat_template=path.read_text(encoding="utf-8"))
-    return build_tokenizer(chat_template=source)
+    return AutoTokenizer.from_pretrained(str(Path(source)))
 
 
 def run(args: argparse.Namespace) -> int:

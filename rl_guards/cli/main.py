@@ -9,7 +9,7 @@ import sys
 
 # Subcommand modules under rl_guards.cli; each defines register(subparsers) -> None.
 COMMAND_MODULES: list[str] = [
-    "grpo", "check_template", "preflight", "probe_lengths", "rollouts", "drift", "report", "audit",
+    "grpo", "config", "check_template", "preflight", "probe_lengths", "rollouts", "drift", "report", "audit",
 ]  # fmt: skip
 ROLLOUT_ACTIONS = ("list", "show", "compare")
 

@@ -21,13 +21,13 @@ def test_clean_template_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
     assert _run(["qwen3"]) == 0
     out = capsys.readouterr().out
     assert "'<|im_start|>user\\nWhat is 2 + 2?<|im_end|>\\n<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n'" in out
-    assert "verdict: OK" in out
+    assert "verdict: ok" in out
 
 
 def test_prefill_on_prefilling_template_exits_one(capsys: pytest.CaptureFixture[str]) -> None:
     assert _run(["qwen3_5_think", "--prefill", "<think>\\n"]) == 1
     out = capsys.readouterr().out
-    assert "your prompt" in out and "BLOCKING" in out
+    assert "your prompt" in out and "verdict: blocking" in out
     assert "the template already adds it" in out
 
 
