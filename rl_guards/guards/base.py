@@ -152,6 +152,14 @@ class Guard:
         """Receive the run context (called once at install)."""
         self.ctx = ctx
 
+    def _run_folder(self) -> str:
+        """The folder a suggested command names (``rl-guards rollouts|drift|report FOLDER``), quoted for a shell:
+        ``rollouts.output_dir`` when set (the commands take the rollouts folder itself), else the trainer's
+        ``output_dir``."""
+        import shlex
+
+        return shlex.quote(self.guards_config.rollouts.output_dir or str(self.ctx.output_dir))
+
     def on_train_begin(self, report: Reporter) -> None:
         """Checks before step 0."""
 

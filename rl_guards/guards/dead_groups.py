@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import shlex
 from typing import Any, ClassVar
 
 from rl_guards.config import DeadGroupsConfig
@@ -177,7 +178,7 @@ class DeadGroupGuard(Guard):
                 f"{head} Every rollout of the task so far got the same total, {high:g}: first check the reward "
                 "function, it may be broken or constant for this task (a parse that always fails, a wrong dataset "
                 "column, the task routed to a function that does not score it). Score a few of these completions by "
-                f"hand (`rl-guards rollouts OUTPUT_DIR show --step {batch.step} --task {task}`)."
+                f"hand (`rl-guards rollouts {self._run_folder()} show --step {batch.step} --task {shlex.quote(task)}`)."
             ]
             if rate is not None:
                 advice = advise_group_size(task, rate, batch.num_generations, self.config.target_dead_share)

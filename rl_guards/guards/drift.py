@@ -366,8 +366,8 @@ class DriftGuard(Guard):
             f"  baseline:  {printable(self.baseline_examples.get(str(p), '')[:400])}",
             f"  step {step}: {printable(examples.get(str(p), '')[:400])}",
             "Reward going up is compatible with behaviour getting worse. Fix: read the probe completions "
-            "(rl-guards drift RUN), check what the reward pays for (length, a keyword, a format), then lower the "
-            "learning rate, add a penalty, or stop at an earlier checkpoint.",
+            f"(rl-guards drift {self._run_folder()}), check what the reward pays for (length, a keyword, a format), "
+            "then lower the learning rate, add a penalty, or stop at an earlier checkpoint.",
         ]
         return "\n".join(lines)
 
