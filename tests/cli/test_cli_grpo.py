@@ -74,7 +74,15 @@ def test_rl_guards_grpo_trains_with_every_guard(tiny: Any, tmp_path: Path) -> No
     logged = {k for entry in state["log_history"] for k in entry}
     assert {"rl_guards/masking/checked_batches", "rl_guards_task/arith/reward_mean"} <= logged
     assert RolloutStore(out).steps() == [1, 2]  # rollouts.every_steps=1 from the guards: section (TRL's steps)
-    assert "dead_groups/dead_task" in done.stdout + done.stderr  # warn_after_steps=2 from the guards: section
+    printed = done.stdout + done.stderr
+    assert "dead_groups/dead_task" in printed  # warn_after_steps=2 from the guards: section
+    # Issue 38 #1: each finding said once (e1b9f62: a Python warning pointing at rl_guards' source, then the same
+    # text from the logger), and the end-of-run findings table, as the library route prints it
+    said = [line for line in printed.splitlines() if line.startswith("[rl_guards/dead_groups] warning: task ")]
+    assert len(said) == len({line.split("'")[1] for line in said}), said  # once per task
+    assert "RLGuardsWarning" not in printed and "session.py" not in printed
+    table = printed[printed.index("rl_guards findings") :]
+    assert "severity" in table and "dead_groups/dead_task" in table and "per task (first -> last" in table
 
 
 def test_guards_section_file_and_sets_are_layered(tmp_path: Path) -> None:

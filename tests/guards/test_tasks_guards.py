@@ -296,6 +296,17 @@ def test_dead_task_fires_after_consecutive_batches_with_advice() -> None:
     assert session.metrics["rl_guards_task/math/expected_dead_share"][-1] == 0.5  # p = 0.5, G = 2
 
 
+@pytest.mark.parametrize("rollouts_dir", [None, "/data/my run/dumps"])
+def test_the_suggested_command_names_the_real_folder(rollouts_dir: str | None) -> None:
+    """Issue 38 #8: e1b9f62's message said `rl-guards rollouts OUTPUT_DIR show ...`."""
+    config = {"dead_groups": {"warn_after_steps": 2}, "rollouts": {"output_dir": rollouts_dir}}
+    _, session = run(DeadGroupGuard, [_echo_all_pass(s) for s in range(2)], config, RunContext(output_dir="/runs/r1"))
+    (finding,) = [f for f in session.findings if f.kind == "dead_task"]
+    folder = "'/data/my run/dumps'" if rollouts_dir else "/runs/r1"  # quoted for a shell
+    assert f"`rl-guards rollouts {folder} show --step 1 --task echo`" in finding.message
+    assert "OUTPUT_DIR" not in finding.message
+
+
 def test_dead_streak_survives_resume_and_resets_on_a_live_group() -> None:
     config = {"dead_groups": {"warn_after_steps": 3}}
     first, _ = run(DeadGroupGuard, [_echo_all_pass(s) for s in range(2)], config)

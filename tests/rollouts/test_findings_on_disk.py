@@ -106,6 +106,44 @@ def test_a_findings_file_that_cannot_be_written_never_stops_the_run(tmp_path: Pa
     assert sum("could not write the findings" in r.message for r in caplog.records) == 1
 
 
+def test_two_stops_in_one_batch_name_one_finding_everywhere(tmp_path: Path) -> None:
+    """Issue 38 #5: two tasks dead in one batch (raise mode): e1b9f62 wrote a stop record for each, so the report's
+    stop box named the second task while the error that stopped the run named the first."""
+    from rl_guards.errors import DeadGradientError
+    from rl_guards.rollouts.report import collect, render_html
+
+    folder = tmp_path / "rl_guards" / "rollouts"
+    session = GuardSession()
+    session.defer = True  # as the engine runs the guards: the stop is settled after every guard of the batch
+    file = FindingsFile(session, lambda: folder)
+    file.begin(0)
+    report = session.reporter("dead_groups", GuardConfig(mode="raise"), 4)
+    report.violation("dead_task", "task 'arith' contributed no gradient", DeadGradientError)
+    report.violation("dead_task", "task 'echo' contributed no gradient", DeadGradientError)
+    error = session.settle()
+    assert isinstance(error, DeadGradientError) and "'arith'" in str(error)
+    assert [r["type"] for r in _lines(folder)].count("stop") == 1
+    log = load_findings(find_findings_file(tmp_path))
+    assert log.stop is not None and log.stop["message"] == "task 'arith' contributed no gradient"
+    page = render_html(collect(tmp_path))
+    box = page[page.index('id="stop"') : page.index('id="findings"')]
+    assert "arith" in box and "echo" not in box
+
+
+def test_a_raise_mode_finding_is_said_once_by_its_error(tmp_path: Path) -> None:
+    """Issue 38 #1: the finding that stops the run is said by the error only (e1b9f62: a Python warning, a log line
+    and the error); a second blocking finding of the batch, which no error says, is said in full on the logger."""
+    session = GuardSession()
+    session.defer = True
+    report = session.reporter("routing", GuardConfig(mode="raise"), 2)
+    with shows(None) as said:
+        report.violation("unscored_rows", "rows of task 'x' left unscored")
+        report.violation("misrouted_score", "task 'y' scored by the wrong function")
+        error = session.settle()
+    assert error is not None and "unscored" in str(error)
+    assert said.messages == ["[rl_guards/routing] blocking: task 'y' scored by the wrong function"]
+
+
 STOP_STEP = 3  # TRL's step of the batch generated at global step 2
 
 

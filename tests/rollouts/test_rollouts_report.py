@@ -226,3 +226,60 @@ def test_axis_ticks_cover_the_data_range() -> None:
         ticks = _nice_ticks(lo, hi)
         assert ticks[0] <= lo and ticks[-1] >= hi, (lo, hi, ticks)
         assert ticks == sorted(ticks) and len(ticks) <= 8
+
+
+# ----- issue 38 #5 -----------------------------------------------------------------------------------------------
+def _drift_run(tmp_path: Path, alarm: bool) -> Path:
+    """Two drift records (the baseline and checkpoint-6): task arith's completions 3x as long at step 6."""
+    from rl_guards.core.behaviour import BehaviourStats
+    from rl_guards.rollouts.drift_records import record_text
+
+    folder = tmp_path / "rl_guards" / "rollouts" / "drift"
+    folder.mkdir(parents=True)
+    for step, length in ((0, 10.0), (6, 30.0)):
+        stats = BehaviourStats(completions=4, length=length, terminated=1.0, reward_total=0.1 * step).to_dict()
+        record = {
+            "step": step, "source": "train", "stats": {"arith": stats},
+            "probes": [{"task": "arith", "prompt": "What is 3+4?", "completion": "7" * int(length)}],
+            "alarms": [{"task": "arith", "stat": "length"}] if alarm and step else [],
+        }  # fmt: skip
+        (folder / f"step_{step:06d}.json").write_text(record_text(record))
+    return tmp_path
+
+
+@pytest.mark.parametrize("alarm", [True, False])
+def test_the_drift_section_has_the_commands_alarm_column_and_verdict(
+    tmp_path: Path, alarm: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """e1b9f62: the report's drift table had no alarm column and no verdict (``rl-guards drift`` printed both)."""
+    from rl_guards.rollouts.report import render_html
+
+    run = _drift_run(tmp_path, alarm)
+    page = render_html(collect(run))
+    section = page[page.index("Behaviour drift") : page.index("Curves from the training log")]
+    assert "<th>alarm</th>" in section
+    verdict = section[section.index('id="drift-verdict"') :].split("</div>")[0]
+    assert _run_cli(monkeypatch, "drift", str(run)) == 0
+    command = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("verdict: "))
+    level, sentence = command[len("verdict: ") :].split(": ", 1)
+    assert f'class="word-{level}">{level}</span>: {sentence}' in verdict  # the same verdict, word and sentence
+    assert level == ("warning" if alarm else "ok")
+    rows = section.split("<h3>task arith</h3>")[1].split("</table>")[0]
+    assert rows.count("<tr") == 3 and (rows.count('class="word-warning"') == (1 if alarm else 0))
+
+
+def test_a_tasks_colour_is_the_same_in_every_report() -> None:
+    """e1b9f62: colours went by name order, so a task's colour changed when another task came or went."""
+    from rl_guards.rollouts.report import task_colours
+
+    alone = task_colours(["math"])["math"]
+    assert task_colours(["code", "math"])["math"] == alone == task_colours(["math", "zzz", "aaa"])["math"]
+    many = task_colours([f"task{i}" for i in range(15)])
+    assert len(set(many.values())) == 15  # within a page, never two tasks in one colour
+
+
+def test_the_report_is_a_jinja2_template_with_autoescape() -> None:
+    from rl_guards.rollouts.html import environment
+
+    env = environment()
+    assert env.autoescape is True and "report.html.j2" in env.list_templates()

@@ -36,12 +36,19 @@ def _offline(root: Path) -> OfflineRun:
     return read_offline_run(runs[-1])
 
 
+STEPS = 12  # the example's own length
+
+
 @pytest.fixture(scope="module")
 def example_run(tiny: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[OfflineRun, str]:
-    """The main job (examples/grpo_tiny.py), shortened, with an offline W&B run; and what it printed."""
+    """The main job (examples/grpo_tiny.py) with an offline W&B run; and what it printed (stdout, then what the
+    rl_guards logger said: on a console its handler prints it on stderr, under pytest the capture takes it)."""
     import contextlib
     import io
+    import logging
     import os
+
+    from rl_guards.console import capture
 
     root = tmp_path_factory.mktemp("example_wandb")
     spec = importlib.util.spec_from_file_location("grpo_tiny_example", EXAMPLE)
@@ -53,18 +60,18 @@ def example_run(tiny: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Of
     os.environ.update(WANDB_DIR=str(root), WANDB_MODE="offline")
     printed = io.StringIO()
     try:
-        with contextlib.redirect_stdout(printed):
-            assert example.main(["--output_dir", str(root / "out"), "--max_steps", "8"]) == 0
+        with contextlib.redirect_stdout(printed), capture(logging.INFO) as said:
+            assert example.main(["--output_dir", str(root / "out"), "--max_steps", str(STEPS)]) == 0
     finally:
         for k, v in saved.items():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-    return _offline(root), printed.getvalue()
+    return _offline(root), printed.getvalue() + "\n" + said.text()
 
 
 def test_a_small_default_metric_set_per_step(example_run: tuple[OfflineRun, str]) -> None:
     run, _ = example_run
     steps = [row for row in run.history if any(_ours(k) for k in row)]
-    assert len(steps) >= 8
+    assert len(steps) >= STEPS
     counts = [len({k for k in row if _ours(k) and not k.startswith("rl_guards/rollouts") and "." not in k})
               for row in steps]  # fmt: skip
     assert max(counts) <= MAX_KEYS, counts  # 0.1: 59-83 keys per step
@@ -121,9 +128,22 @@ def test_rollout_table_has_trls_columns_and_more(example_run: tuple[OfflineRun, 
 def test_the_console_stays_readable(example_run: tuple[OfflineRun, str]) -> None:
     _, printed = example_run
     logged = [line for line in printed.splitlines() if line.startswith("{'loss'")]  # the per-step lines
-    assert logged and not any("rl_guards" in line for line in logged)  # TRL's line, without ours
+    assert len(logged) == STEPS and not any("rl_guards" in line for line in logged)  # TRL's line, without ours
     status = [line for line in printed.splitlines() if line.startswith("[rl_guards] step ")]
-    assert len(status) == len(logged)  # one status line per logging step
+    # issue 38 #2: the first, then on a change or every console.status_every (10) steps; e1b9f62: one per step
+    assert status == ["[rl_guards] step 1: ok", "[rl_guards] step 10: ok"], status
+
+
+def test_a_healthy_12_step_run_prints_at_most_20_lines_of_rl_guards(example_run: tuple[OfflineRun, str]) -> None:
+    """Issue 38 #2: e1b9f62 printed ~100 lines besides TRL's log dicts (9 preflight info rows, the group-size table,
+    rendered prompts, a status line per step). What remains: one preflight line, the status lines, the end-of-run
+    table and the example's own closing lines."""
+    _, printed = example_run
+    ours = [line for line in printed.splitlines() if line.strip() and not line.startswith("{'")]
+    assert len(ours) <= 20, "\n".join(ours)
+    [preflight] = [line for line in ours if "preflight" in line]
+    assert preflight.startswith("[rl_guards] preflight: 0 blocking, 0 warning, 9 info; full report: ")
+    assert preflight.split("full report: ")[1].endswith("preflight.txt")
 
 
 def test_a_stop_leaves_an_alert_the_finding_and_the_failing_batch_in_wandb(
@@ -165,7 +185,7 @@ def test_drift_probe_completions_reach_a_wandb_table(example_run: tuple[OfflineR
     assert tables, [p.name for p in run.table_files]  # the baseline at train start, then each checkpoint
     assert tables[0]["columns"] == ["step", "task", "prompt", "completion"]
     assert {row[1] for t in tables for row in t["data"]} == {"arith", "echo"}
-    assert tables[0]["data"][0][0] == 0  # the baseline
+    assert sorted(t["data"][0][0] for t in tables) == [0, 6, 12]  # the baseline, then each checkpoint
 
 
 def test_the_drift_probe_logs_no_rows_of_its_own(example_run: tuple[OfflineRun, str]) -> None:
@@ -173,7 +193,31 @@ def test_the_drift_probe_logs_no_rows_of_its_own(example_run: tuple[OfflineRun, 
     probes (at train start and at both checkpoints; on e1b9f62 they added 3 to the 8 steps' generations)."""
     run, _ = example_run
     generate = run.series("profiling/Time taken: GRPOTrainer.transformers.generate")
-    assert len(generate) == len(run.series("profiling/Time taken: GRPOTrainer.compute_loss")) == 8
+    assert len(generate) == len(run.series("profiling/Time taken: GRPOTrainer.compute_loss")) == STEPS
+
+
+def test_a_dumps_table_sits_at_its_step_with_its_checkpoint(example_run: tuple[OfflineRun, str]) -> None:
+    """Issue 38 #6: e1b9f62 logged each dump's table into the row W&B committed next, a TRL profiling row of the
+    previous step (train/global_step K-1), and a checkpoint's dump (written at step K, tagged at the save right
+    after) with an empty checkpoint column."""
+    run, _ = example_run
+    tables = {
+        p.relative_to(run.run_dir / "files").as_posix(): json.loads(p.read_text())
+        for p in run.table_files
+        if p.name.startswith("rollouts_")
+    }
+    placed = {}
+    for row in run.history:
+        path = row.get("rl_guards/rollouts.path")
+        if path is not None:
+            table = tables[path]
+            columns = table["columns"]
+            [step] = {r[columns.index("step")] for r in table["data"]}
+            checkpoints = {r[columns.index("checkpoint")] for r in table["data"]}
+            placed[step] = (row["train/global_step"], checkpoints)
+    assert sorted(placed) == [1, 3, 6, 9, 12]  # every_steps 3 (the first batch too), saves at 6 and 12
+    assert all(at == step for step, (at, _) in placed.items()), placed  # each table at its own step
+    assert placed[6][1] == {6} and placed[12][1] == {12} and placed[3][1] == {None}, placed
 
 
 def test_the_example_is_silent(example_run: tuple[OfflineRun, str]) -> None:
@@ -184,6 +228,5 @@ def test_the_example_is_silent(example_run: tuple[OfflineRun, str]) -> None:
     status = [line for line in printed.splitlines() if line.startswith("[rl_guards] step ")]
     assert status and all(line.endswith(": ok") for line in status), status
     assert "rl_guards: no findings." in printed
-    assert "0 blocking, 0 warning(s)" in printed  # the preflight report
-    # the run summary says what the probes covered
-    assert "probes at step(s) 1" in printed and "rows per task arith" in printed
+    assert "[rl_guards] preflight: 0 blocking, 0 warning," in printed  # the preflight line
+    assert "\nprobes: " in printed  # the run summary says what the probes covered
