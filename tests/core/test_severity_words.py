@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from rl_guards.config import ConsoleConfig, GuardConfig
+from rl_guards.config import GuardConfig
 from rl_guards.core.severity import LEVELS, SEVERITIES, rank, severity_of, worst
 from rl_guards.core.templates import TemplateFinding
 from rl_guards.errors import GuardError
@@ -55,6 +55,7 @@ def test_the_status_line_names_the_level() -> None:
 
 def test_the_status_line_is_said_on_change_and_every_n_steps() -> None:
     """Issue 38 #2: e1b9f62 printed it at every logging step."""
+    from rl_guards.config import ConsoleConfig
     from rl_guards.console import capture
     from rl_guards.trl.log_routing import SignalRouter
 

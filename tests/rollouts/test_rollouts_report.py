@@ -232,7 +232,6 @@ def test_axis_ticks_cover_the_data_range() -> None:
 def _drift_run(tmp_path: Path, alarm: bool) -> Path:
     """Two drift records (the baseline and checkpoint-6): task arith's completions 3x as long at step 6."""
     from rl_guards.core.behaviour import BehaviourStats
-    from rl_guards.rollouts.drift_records import record_text
 
     folder = tmp_path / "rl_guards" / "rollouts" / "drift"
     folder.mkdir(parents=True)
@@ -243,7 +242,7 @@ def _drift_run(tmp_path: Path, alarm: bool) -> Path:
             "probes": [{"task": "arith", "prompt": "What is 3+4?", "completion": "7" * int(length)}],
             "alarms": [{"task": "arith", "stat": "length"}] if alarm and step else [],
         }  # fmt: skip
-        (folder / f"step_{step:06d}.json").write_text(record_text(record))
+        (folder / f"step_{step:06d}.json").write_text(json.dumps(record))
     return tmp_path
 
 

@@ -87,8 +87,11 @@ def test_trackio_gets_the_tables_alerts_summary_config_and_own_section(tiny: Any
     assert config["rl_guards"]["template"]["mode"] == "warn"
     summary = next(m["rl_guards/summary"] for _, m in rows if "rl_guards/summary" in m)
     assert "rl_guards/findings/template/prefill_duplicates_template" in json.dumps(summary)
-    # the rollout table sits in the row of a training step, with the trainer's scalars (no step of its own)
-    assert "train/loss" in next(m for _, m in rows if "rl_guards/rollouts" in m)
+    # Issue 38 #6: trackio's x-axis is the trainer's step (e1b9f62: trackio's own counter, one per row logged); the
+    # rollout table sits at the step of its batch
+    trained = [(step, m["train/global_step"]) for step, m in rows if "train/loss" in m]
+    assert [s for s, _ in trained] == [g for _, g in trained] == [1, 2], trained
+    assert [(step, m["train/global_step"]) for step, m in rows if "rl_guards/rollouts" in m] == [(1, 1)]
 
 
 def test_a_stopped_run_still_gives_trackio_its_summary(tiny: Any, tmp_path: Path) -> None:
