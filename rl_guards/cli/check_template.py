@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     report = check_template(tokenizer, chat_template_kwargs=kwargs, markup=markup)
     print(f"template: {args.source}")
     for label, text in report.renders.items():
-        print(f"{label:>20}: {visible_tail(text, width=SHOWN_CHARS)}")
+        print(f"{label}: {visible_tail(text, width=SHOWN_CHARS)}")
 
     prefill, string_prefill = _unescape(args.prefill), _unescape(args.string_prefill)
     if args.prompt is not None or prefill is not None or string_prefill is not None:
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         if string_prefill is not None:
             prompt = render_generation_prompts(tokenizer, [prompt], kwargs)[0] + string_prefill
         report = check_template(tokenizer, prompts=[prompt], chat_template_kwargs=kwargs, markup=markup)
-        print(f"{'your prompt':>20}: {visible_tail(report.renders.get('dataset row 0', ''), width=SHOWN_CHARS)}")
+        print(f"your prompt: {visible_tail(report.renders.get('dataset row 0', ''), width=SHOWN_CHARS)}")
     print(report.format())
     if NO_CHAT_TEMPLATE in report.kinds():
         print("could not check: the tokenizer has no chat template; exit code 2")
