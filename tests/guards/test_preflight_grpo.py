@@ -163,9 +163,7 @@ def test_a_failing_sweep_cell_is_recorded(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_plain_text_prompts_without_a_chat_template_train_with_a_note(
-    make_grpo_trainer: Any, tiny: Any, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_plain_text_prompts_without_a_chat_template_train_with_a_note(make_grpo_trainer: Any, tiny: Any) -> None:
     """Issue 41 item 7: TRL's standard plain-text format on a tokenizer with no chat template (a base model)."""
     from rl_guards.guards.template import DoubleThinkGuard
 
@@ -181,4 +179,5 @@ def test_plain_text_prompts_without_a_chat_template_train_with_a_note(
     assert ("preflight", "internal_error") not in kinds, run.summary()  # e1b9f62: ValueError, no chat template
     assert ("template", "render_failed") not in kinds, run.summary()  # e1b9f62: "probe render failed"
     assert "prompts are plain text" in run.session.notes[("template", "no_chat_template")]
-    assert "[plain_text_prompts] prompts are plain text" in capsys.readouterr().out
+    report = run.guard("preflight").report_path  # the whole report is written next to the findings
+    assert report is not None and "[plain_text_prompts] prompts are plain text" in report.read_text()
