@@ -672,7 +672,7 @@ CASES: list[Case] = [
         "which hands it the answer only)",
         _judge_leak,
         expect=(("blind_judge", "judge_input_markup"),),
-        note="caught by the reward wrapper (RLGuardsWarning + rl_guards/blind_judge/leak_rate), not a session guard",
+        note="caught by the reward wrapper (its warning + rl_guards/blind_judge/leak_rate), not a session guard",
         tags=("grpo",),
     ),
     Case(

@@ -3,7 +3,7 @@
 :func:`run_grpo` builds a ``GRPOTrainer`` on the warmed tiny model, lets a case plant its bug (before or after
 ``rl_guards.install``), trains, and returns an :class:`Outcome`; :func:`run_sft` does the same for an
 ``SFTTrainer`` whose collator the case wraps. Output, progress bars and logs are swallowed; findings come from
-the guard session(s), a guard's raise, and ``RLGuardsWarning`` warnings that no session recorded (reward-function
+the guard session(s), a guard's raise, and warnings the rl_guards logger said that no session recorded (reward-function
 wrappers such as ``blind_judge`` warn on their own).
 """
 

@@ -1,5 +1,5 @@
 """Precision next to recall: the healthy-run corpus (``rl_guards.testing.healthy.HEALTHY_CASES``), every guard at
-its default config, each run counted silent when it has no warn/raise finding and no RLGuardsWarning.
+its default config, each run counted silent when it has no warn/raise finding and nothing said at warning level.
 
     .venv/bin/python -m benchmarks.failure_modes.precision            # the table
 """

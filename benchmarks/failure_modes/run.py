@@ -1,9 +1,9 @@
 """Failure-mode benchmark: each failure mode as a small real GRPO/SFT run with the bug planted, and the same run clean.
 
 For every case of :data:`benchmarks.failure_modes.cases.CASES`: is the planted bug caught (which guard/kind, at
-which step), and does the clean run raise any false alarm (a finding of severity error or warning, a guard raise,
-or an ``RLGuardsWarning``; info findings are listed apart). Tiny offline Qwen3 model on CPU, at most 4 steps per
-run::
+which step), and does the clean run raise any false alarm (a finding of severity blocking or warning, a guard
+raise, or a warning the rl_guards logger said; info findings are listed apart). Tiny offline Qwen3 model on CPU, at
+most 4 steps per run::
 
     python benchmarks/failure_modes/run.py [--only NAME[,NAME]] [--out benchmarks/failure_modes/results.json]
 

@@ -1,8 +1,8 @@
 """Precision (issue 20): healthy runs, written as users write them, are silent at the default config.
 
 Each case of ``rl_guards.testing.healthy.HEALTHY_CASES`` trains a real GRPOTrainer on the tiny fixture with every
-guard on and W&B offline, then reads the run back: no warn/raise finding, no RLGuardsWarning, no W&B alert, and
-the run trained to its last step.
+guard on and W&B offline, then reads the run back: no warn/raise finding, nothing said at warning level, no W&B
+alert, and the run trained to its last step.
 """
 
 from __future__ import annotations
