@@ -3,7 +3,6 @@ of ``rl-guards report``."""
 
 from __future__ import annotations
 
-import html
 import json
 import textwrap
 
@@ -61,38 +60,31 @@ def render_json(report: AuditReport) -> str:
 
 
 def render_html(report: AuditReport) -> str:
-    """One self-contained page (inline CSS, no script); every text from the functions is escaped."""
-    from rl_guards.rollouts.report import CSS
+    """One self-contained page (inline CSS, no script) from ``audit.html.j2``: every text is escaped by the template."""
+    from rl_guards.rollouts.html import render_page
 
-    esc = html.escape
     audits = [*report.functions, *([report.total] if report.total else [])]
-    summary = "".join(
-        f"<tr><td>{esc(a.name)}</td><td>{esc(a.framework)}</td><td class='{'bad' if a.verdict != 'ok' else ''}'>"
-        f"{a.verdict}</td><td>{esc(', '.join(f.kind for f in a.findings if f.severity != 'info') or '-')}</td>"
-        f"<td>{esc(_speed_text(a)) if a.framework != '-' else ''}</td></tr>"
-        for a in audits
-    )
-    sections = ""
-    for a in audits:
-        rows = "".join(
-            f"<tr><td class='{'bad' if f.severity == 'blocking' else ''}'>{f.severity}</td><td>{esc(f.kind)}</td>"
-            f"<td><pre>{esc(f.message)}</pre></td><td>{esc(FIXES[f.kind])}</td></tr>"
-            for f in a.findings
-        )
-        table = (
-            "<table><tr><th>severity</th><th>kind</th><th>evidence</th><th>fix</th></tr>" + rows + "</table>"
-            if rows
-            else "<div class=empty>no finding</div>"
-        )
-        sections += f"<h3>{esc(a.name)} — {a.verdict}</h3>{table}"
-    costs = ", ".join(f"{esc(k)} {v:.2f} s" for k, v in report.costs.items())
-    return (
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>rl_guards reward audit</title>"
-        f"<style>{CSS}</style></head><body><h1>rl_guards reward audit</h1>"
-        f"<div class='meta'>{report.rows} rows · completions {esc(report.completions)} · reference column "
-        f"{esc(report.reference or '(none)')} · {report.seconds:.2f} s · {costs}</div>"
-        "<h2>Verdicts</h2><table><tr><th>function</th><th>framework</th><th>verdict</th><th>findings</th>"
-        f"<th>speed</th></tr>{summary}</table><h2>Findings</h2>{sections}</body></html>"
+    return render_page(
+        "audit.html.j2",
+        rows=report.rows,
+        completions=report.completions,
+        reference=report.reference or "(none)",
+        seconds=f"{report.seconds:.2f}",
+        costs=", ".join(f"{k} {v:.2f} s" for k, v in report.costs.items()),
+        audits=[
+            {
+                "name": a.name,
+                "framework": a.framework,
+                "verdict": a.verdict,
+                "kinds": ", ".join(f.kind for f in a.findings if f.severity != "info") or "-",
+                "speed": _speed_text(a) if a.framework != "-" else "",
+                "findings": [
+                    {"severity": f.severity, "kind": f.kind, "message": f.message, "fix": FIXES[f.kind]}
+                    for f in a.findings
+                ],
+            }
+            for a in audits
+        ],
     )
 
 
