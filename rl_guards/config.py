@@ -201,12 +201,16 @@ class TruncationConfig(GuardConfig):
     max_rate: float = 0.1  # warn/raise when a task's truncated share is, beyond sampling noise, above this
     window: int = 8  # recent batches per task whose rows the share is measured over
     min_rows: int = 32  # rows of a task in the window before its share is judged
+    # prompts whose completions were all cut are judged from the first batch: reported when that many are this
+    # unlikely (binomial p-value) at a share of max_rate (4 of 4 prompts at max_rate 0.1: 1e-4)
+    early_alpha: float = 0.001
 
     def validate(self, prefix: str) -> None:
         super().validate(prefix)
         _check_fraction(prefix, "max_rate", self.max_rate)
         _check_positive(prefix, "window", self.window)
         _check_positive(prefix, "min_rows", self.min_rows)
+        _check_fraction(prefix, "early_alpha", self.early_alpha)
 
 
 @dataclass
