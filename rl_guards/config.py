@@ -345,6 +345,22 @@ class RewardErrorsConfig(GuardConfig):
 
 
 @dataclass
+class UnpaidRewardsConfig(GuardConfig):
+    """A reward function that gives one score on every row of a task (below what it pays a right answer) while the
+    task's total moves: the run never gets it."""
+
+    window: int = 8  # recent train batches of a task whose rows a function is judged over
+    min_groups: int = 8  # groups (prompts) of the task it scored over the window before it is judged
+    min_steps: int = 2  # batches of the window in which it scored the task
+    probe_rows: int = 2  # rows per task and rank the function is asked to score right answers on (once per episode)
+
+    def validate(self, prefix: str) -> None:
+        super().validate(prefix)
+        for name in ("window", "min_groups", "min_steps", "probe_rows"):
+            _check_positive(prefix, name, getattr(self, name))
+
+
+@dataclass
 class MetricsConfig(_Checked):
     """How much rl_guards logs: ``default`` is a small set, quiet when healthy (:mod:`rl_guards.core.metric_set`);
     ``full`` logs every metric of every guard. ``metrics: full`` in YAML is short for ``metrics: {level: full}``."""
@@ -398,6 +414,7 @@ class GuardsConfig:
     reward_sanity: RewardSanityConfig = field(default_factory=RewardSanityConfig)
     probes: ProbesConfig = field(default_factory=ProbesConfig)
     reward_errors: RewardErrorsConfig = field(default_factory=RewardErrorsConfig)
+    unpaid_rewards: UnpaidRewardsConfig = field(default_factory=UnpaidRewardsConfig)
     drift: DriftConfig = field(default_factory=DriftConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)

@@ -51,13 +51,15 @@ WHEN_NONZERO: frozenset[str] = frozenset(
         "probes/findings",
         "drift/alarms",
         "reward_errors/rows",
+        "unpaid_rewards/unpaid",
     }
 )
 WHEN_NONZERO_SUFFIXES: tuple[str, ...] = ("/violations", "/internal_errors")
 # rl_guards' own guards and reward wrappers (a new built-in guard adds its name here and its defaults above)
 BUILTIN_GUARDS: frozenset[str] = frozenset(
     {"masking", "think_tags", "stray_think_penalty", "template", "tasks", "routing", "dead_groups", "truncation",
-     "slicing", "rollouts", "preflight", "reward_sanity", "blind_judge", "probes", "reward_errors", "drift", "hook"}
+     "slicing", "rollouts", "preflight", "reward_sanity", "blind_judge", "probes", "reward_errors", "drift", "hook",
+     "unpaid_rewards"}
 )  # fmt: skip
 BUILTIN_TASK_METRICS: frozenset[str] = frozenset(
     {"reward_mean", "reward_std", "completion_length", "rows", "groups", "dead_group_share", "dead_all_pass",
