@@ -7,6 +7,8 @@ for a share of ``truncation.max_rate`` (binomial tail below ``truncation.early_a
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from rl_guards.config import GuardsConfig
@@ -143,3 +145,34 @@ def test_state_round_trip_keeps_the_group_counts_and_reads_an_older_state() -> N
     old = TruncationGuard(config)
     old.load_state_dict({"windows": {"train/math": [[8, 2]]}})
     assert list(old.windows["train/math"]) == [(8, 2, 0, 0)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cap", [5, 48])
+def test_grpo_debug_run_hears_of_a_task_cut_in_every_row(make_grpo_trainer: Any, cap: int) -> None:
+    """Two steps of 8 prompts x 2: the arith rows think (6 tokens or more), the echo rows do not; at a cap of 5 every
+    arith completion is cut, far fewer rows than truncation.min_rows in the run; at 48 none is."""
+    import rl_guards
+    from rl_guards.testing import make_dataset
+    from rl_guards.trl.thinking_mix import honour_thinking_column
+
+    data = make_dataset(16, thinking=True).map(lambda row: {"enable_thinking": row["task"] == "arith"})
+    trainer = make_grpo_trainer(
+        train_dataset=data,
+        per_device_train_batch_size=16,
+        num_generations=2,
+        max_completion_length=cap,
+        chat_template_kwargs={"enable_thinking": True},
+        max_steps=2,
+    )
+    run = rl_guards.install(trainer, {"truncation": {"mode": "log"}}, guards=[TruncationGuard])
+    honour_thinking_column(trainer)
+    trainer.train()
+    kinds = [f.kind for f in run.findings]
+    if cap == 48:
+        assert kinds == [], run.summary()
+        return
+    assert kinds == ["truncation_rate"], run.summary()
+    message = run.findings[0].message
+    assert "task 'arith'" in message and "prompts had every completion cut" in message
+    assert "task 'echo'" not in message
