@@ -80,10 +80,10 @@ class UnpaidRewardGuard(Guard):
     ``unpaid_rewards.probe_rows`` of its rows of the task with the row's reference answer (its reference column;
     without one, the completion's own final answer) written in every usual answer form, bare and after a think
     block (:mod:`rl_guards.core.probing.forms`), and in the recipes' whole-completion formats (:data:`RECIPE_FORMS`);
-    the best score crosses ranks as a per-row feature. A function that
-    pays more on some form is reported; one that cannot (a penalty, a function not meant for this task that returns
-    0.0 on its rows, a reward model that cannot be called here, ``probes.skip``) is not, for as long as it stays
-    constant. Functions returning None on a task's rows are not judged on them (per-task scope).
+    the best score crosses ranks as a per-row feature. A function that pays more in some form is reported; one that
+    cannot (a penalty, a function not meant for this task that returns 0.0 on its rows, a reward model that cannot
+    be called here, ``probes.skip``) is not, for as long as it stays constant. Functions returning None on a task's
+    rows are not judged on them (per-task scope).
 
     Violation ``unpaid:<fn>`` (:class:`~rl_guards.errors.UnpaidRewardError`, default mode warn), once per episode
     (until the function pays again on the task): the constant, the rows and groups, a few rows it scored (the
