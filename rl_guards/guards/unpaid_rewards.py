@@ -31,7 +31,10 @@ RECIPE_FORMS: dict[str, str] = {
     "r1 tags": "{open}\n{line}\n{close}\n<answer>\n{answer}\n</answer>",
     "reasoning tags": "<reasoning>\n{line}\n</reasoning>\n<answer>\n{answer}\n</answer>\n",
 }
+# Feature values that are not scores (finite sentinels or infinities, never NaN: a gathered number compares equal)
 NO_SCORE = -math.inf  # a probed row on which the function gave no score (it raised, stalled, or returned None)
+NOT_ASKED = math.inf  # a row the function was not asked on
+UNKNOWN = -1.0  # "states": a row without a reference, or of a task not being asked about
 SHOWN = 3  # rows a message shows
 TAIL = 80  # characters of a completion's answer shown
 
@@ -48,12 +51,12 @@ def _answer_part(batch: RolloutBatch, row: int, markup: Any) -> str:
 
 
 def _states(batch: RolloutBatch, row: int, reference: str | None, markup: Any) -> float:
-    """1.0 when the row's completion (after its think block) states its reference's final answer, 0.0 when not, NaN
-    without a reference."""
+    """1.0 when the row's completion (after its think block) states its reference's final answer, 0.0 when not,
+    ``UNKNOWN`` without a reference."""
     value = batch.columns.get(reference, [])[row] if reference and reference in batch.columns else None
     right = final_answer(value) if value is not None else None
     if not right:
-        return math.nan
+        return UNKNOWN
     return float(contains_answer(_answer_part(batch, row, markup), right))
 
 
@@ -117,7 +120,7 @@ class UnpaidRewardGuard(Guard):
     # ----- the probe, on each rank's own rows ---------------------------------------------------------------
     def scan(self, batch: RolloutBatch) -> dict[str, list[float]]:
         held = list(batch.held_rows)
-        out = {name: [math.nan] * len(held) for name in self.FEATURES}
+        out = {name: [UNKNOWN if name == "states" else NOT_ASKED] * len(held) for name in self.FEATURES}
         self._evidence = {}
         if batch.mode != "train" or not self.pending or not held:
             return out
@@ -204,7 +207,7 @@ class UnpaidRewardGuard(Guard):
             values = feats.get(f"pays{fn}")
             if values is None:
                 continue
-            rows = [r for r, v in enumerate(values) if not math.isnan(v) and batch.tasks[r] == task]
+            rows = [r for r, v in enumerate(values) if v != NOT_ASKED and batch.tasks[r] == task]
             if rows:
                 self.verdicts[(task, fn)] = max(float(values[r]) for r in rows)
                 asked[(task, fn)] = rows
@@ -233,11 +236,11 @@ class UnpaidRewardGuard(Guard):
                     continue
                 self.reported.add(key)
                 probed = asked.get(key, [])
-                states = feats.get("states") or [math.nan] * len(batch)
+                states = feats.get("states") or [UNKNOWN] * len(batch)
                 mine = [r for r in range(len(batch)) if batch.tasks[r] == task]
                 # rows that state the reference answer first: a right answer paid nothing says the most
                 shown = sorted(mine, key=lambda r: (not states[r] == 1.0, r not in probed, r))[:SHOWN]
-                told = [states[r] for r in mine if not math.isnan(states[r])]
+                told = [states[r] for r in mine if states[r] != UNKNOWN]
                 report.violation(
                     f"unpaid:{batch.reward_names[fn]}",
                     lambda task=task, fn=fn, stuck=stuck, shown=shown, probed=probed, told=told: self._message(
