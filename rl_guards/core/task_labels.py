@@ -10,11 +10,11 @@ run keeps the same curves.
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from rl_guards.core.evidence import binomial_tail
 from rl_guards.core.metric_keys import OTHER_TASKS, decode_task, encode_task
 
 TASK_HASH_BITS = 52  # exact in a float64, so a task travels between ranks inside the per-row feature tensor
@@ -160,15 +160,6 @@ def prompt_words(prompt: Any) -> frozenset[str]:
     return frozenset(re.findall(r"[^\W\d_]+", text.lower()))
 
 
-def _binomial_tail(hits: int, total: int, rate: float) -> float:
-    """``P(X >= hits)``, ``X ~ Binomial(total, rate)``."""
-    if hits <= 0:
-        return 1.0
-    if rate >= 1.0:
-        return 1.0
-    return min(1.0, sum(math.comb(total, k) * rate**k * (1 - rate) ** (total - k) for k in range(hits, total + 1)))
-
-
 def labels_follow_prompts(prompts: Sequence[Any], labels: Sequence[str]) -> tuple[float, float, float]:
     """Whether the prompts tell ``labels`` apart: (agreement, agreement expected by chance, p-value).
 
@@ -199,7 +190,7 @@ def labels_follow_prompts(prompts: Sequence[Any], labels: Sequence[str]) -> tupl
             elif abs(sim - best) <= 1e-12:
                 nearest.append(j)
         agreement += sum(labels[j] == labels[i] for j in nearest) / len(nearest)
-    return agreement, chance * n, _binomial_tail(int(agreement + 1e-9), n, chance)
+    return agreement, chance * n, binomial_tail(int(agreement + 1e-9), n, chance)
 
 
 def constant_task_column(

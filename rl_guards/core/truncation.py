@@ -1,13 +1,13 @@
-"""Completions cut by ``max_completion_length``, per task, and the two tests that say the cut share is too high."""
+"""Completions cut by ``max_completion_length``, per task, and the evidence of prompts cut whole."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from rl_guards.core.batch import RolloutBatch
+from rl_guards.core.evidence import binomial_tail
 
 
 @dataclass
@@ -24,30 +24,6 @@ class TaskTruncation:
     @property
     def rate(self) -> float:
         return self.truncated / self.rows if self.rows else 0.0
-
-
-def share_lower_bound(hits: int, total: int, z: float = 1.96) -> float:
-    """Wilson lower confidence bound of a share (``hits`` of ``total``; 95 % one-sided at z=1.645, two at 1.96)."""
-    if total <= 0:
-        return 0.0
-    p = hits / total
-    denom = 1 + z * z / total
-    centre = p + z * z / (2 * total)
-    spread = z * ((p * (1 - p) + z * z / (4 * total)) / total) ** 0.5
-    return max(0.0, (centre - spread) / denom)
-
-
-def binomial_tail(hits: int, total: int, rate: float) -> float:
-    """``P(X >= hits)`` for ``X ~ Binomial(total, rate)``: how likely this many hits are when each has ``rate``."""
-    if hits <= 0:
-        return 1.0
-    if hits > total:
-        return 0.0
-    if rate <= 0.0:
-        return 0.0
-    if rate >= 1.0:
-        return 1.0
-    return min(1.0, sum(math.comb(total, k) * rate**k * (1 - rate) ** (total - k) for k in range(hits, total + 1)))
 
 
 def all_cut_evidence(cut_groups: int, groups: int, max_rate: float) -> float:

@@ -7,8 +7,9 @@ from typing import Any, ClassVar
 
 from rl_guards.config import TruncationConfig
 from rl_guards.core.batch import RolloutBatch
+from rl_guards.core.evidence import share_lower_bound
 from rl_guards.core.templates import visible_tail
-from rl_guards.core.truncation import all_cut_evidence, share_lower_bound, truncation_by_task
+from rl_guards.core.truncation import all_cut_evidence, truncation_by_task
 from rl_guards.errors import TruncationError
 from rl_guards.guards.base import Guard, Reporter
 

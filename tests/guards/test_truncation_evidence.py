@@ -13,7 +13,8 @@ import pytest
 
 from rl_guards.config import GuardsConfig
 from rl_guards.core.batch import RolloutBatch
-from rl_guards.core.truncation import all_cut_evidence, binomial_tail, truncation_by_task
+from rl_guards.core.evidence import binomial_tail
+from rl_guards.core.truncation import all_cut_evidence, truncation_by_task
 from rl_guards.guards.base import GuardSession
 from rl_guards.guards.truncation import TruncationGuard
 
