@@ -29,6 +29,7 @@ from rl_guards.guards.task_rewards import TaskRewardMonitor
 from rl_guards.guards.template import DoubleThinkGuard
 from rl_guards.guards.think_tags import ThinkTagsGuard
 from rl_guards.guards.truncation import TruncationGuard
+from rl_guards.guards.unpaid_rewards import UnpaidRewardGuard
 
 BATCH_GUARDS: list[type[Guard]] = [
     PreflightGuard,
@@ -39,6 +40,7 @@ BATCH_GUARDS: list[type[Guard]] = [
     TaskRewardMonitor,
     RoutingGuard,
     DeadGroupGuard,
+    UnpaidRewardGuard,
     TruncationGuard,
     SlicingGuard,
     RewardProbeGuard,
