@@ -160,9 +160,11 @@ def local_rows(
             matrix.append(row)
     prompts = [r.prompt_ids for r in rollouts]
     completions = [r.completion_ids for r in rollouts]
+    texts = [ctx.decode_text(ids) if ctx.decode_text is not None else "" for ids in completions]
     calls = [c for g in groups for c in g.grader_calls]
     for row_index, call in enumerate(calls):  # a group numbers its own from 0
         call.row = row_index
+        call.text = texts[row_index]
     return LocalRows(
         step=step,
         mode="train",
@@ -172,7 +174,7 @@ def local_rows(
         rewards=matrix,
         advantages=[a for g in groups for a in g.advantages],
         tasks=[g.task for g in groups for _ in g.rollouts],
-        completions=[ctx.decode_text(ids) if ctx.decode_text is not None else "" for ids in completions],
+        completions=texts,
         completion_ids=completions,
         prompt_ids=prompts,
         truncated=[r.truncated for r in rollouts],

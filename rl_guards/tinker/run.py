@@ -268,7 +268,12 @@ class TinkerRun:
         group_reward = any(float(r) != 0.0 for r, _ in rewards_and_metrics)
         calls = [
             GraderCall(
-                row=i, env=env, action=r.turns[0][1] if r.turns else [], turns=len(r.turns), group_reward=group_reward
+                row=i,
+                env=env,
+                action=r.turns[0][1] if r.turns else [],
+                turns=len(r.turns),
+                group_reward=group_reward,
+                prompt_ids=r.prompt_ids,
             )
             for i, (r, env) in enumerate(zip(rollouts, envs, strict=True))
         ]
