@@ -66,12 +66,21 @@ def message(guard: Any, batch: RolloutBatch, found: list[int], tried: list[int],
     )
 
 
-def cover(coverage: dict[str, Any], batch: RolloutBatch, probed: list[int], feats: dict[str, Any]) -> dict[str, Any]:
+def cover(
+    coverage: dict[str, Any],
+    batch: RolloutBatch,
+    probed: list[int],
+    feats: dict[str, Any],
+    usable: set[int] | None = None,
+) -> dict[str, Any]:
     """What the probes covered: per function, rows scored per task, tasks it raised or stalled on, tasks it
-    returned None on (not its task)."""
+    returned None on (not its task); a column the driver has no caller for (``usable``) is only named."""
     cov = coverage or {"steps": [], "functions": {}}
     cov["steps"].append(batch.step)
     for fn, fname in enumerate(batch.reward_names):
+        if usable is not None and fn not in usable:
+            cov["functions"].setdefault(fname, {"rows": {}, "failed": [], "not_its_task": []})
+            continue
         masks = [int(v) for v in feats.get(f"fn{fn}", [0.0] * len(batch))]
         entry = cov["functions"].setdefault(fname, {"rows": {}, "failed": [], "not_its_task": []})
         for r in probed:

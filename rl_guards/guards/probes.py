@@ -17,7 +17,7 @@ from rl_guards.chat.markup import markup_from_config
 from rl_guards.config import ProbesConfig
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.core.probing.calls import RAISED, STALLED, FunctionPlan
-from rl_guards.core.probing.procedure import RowView
+from rl_guards.core.probing.procedure import RowView, without_latent_cuts
 from rl_guards.core.probing.runner import ScoreFailed, run_rows
 from rl_guards.core.probing.tally import Tally, decode, encode, findings_of
 from rl_guards.core.probing.variants import FALLBACK
@@ -33,6 +33,10 @@ TEXTS_PER_ROW = 120  # texts a function scores per probed row (both passes), for
 SPARE = 1.5  # estimates are taken this much above the calls timed (texts per pass vary, a loaded machine is slower)
 PREP = 0.003  # seconds to build a row's variants, until measured
 PASSES = 4  # calls a function gets in a probe (two passes, a narrowing or a stability check), for the estimate
+
+
+def _no_scores(fn: int, items: Any, alone: bool) -> list[float | None]:
+    raise AssertionError("not called: the pass is refused")  # run_rows only builds the rows' variants here
 
 
 class RewardProbeGuard(Guard):
@@ -128,6 +132,28 @@ class RewardProbeGuard(Guard):
         calls = self.ctx.checked_calls
         start = time.perf_counter()
         self._calibrate(batch, held, functions, start)
+        reference = probe_views.reference_column(
+            list(batch.columns), [self.ctx.reward_funcs[i] for i, _ in functions],
+            self.guards_config.reward_sanity.reference_column,
+        )  # fmt: skip
+        markup = markup_from_config(self.guards_config.think_tags, self.ctx.template_text)
+        plans = [
+            FunctionPlan(
+                i, name, float(batch.reward_weights[i]) if i < len(batch.reward_weights) else 1.0,
+                check_prefix=name not in self.config.prefix_ok, check_thinking=name not in self.config.process_rewards,
+                forms=tuple(self.forms[name]) if self.rounds and self.forms.get(name) else None,
+            )
+            for i, name in functions
+        ]  # fmt: skip
+
+        def prepare(rows: list[int]) -> tuple[dict[int, Any], list[RowView]]:
+            found = probe_views.call_rows(batch, rows, reference)
+            return found, probe_views.views(batch, rows, found, markup, [i for i, _ in functions])
+
+        if not self._prep:  # what building a row's variants costs here, timed on one row before any is promised
+            began = time.perf_counter()
+            run_rows(prepare(held[:1])[1], plans, _no_scores, may_continue=lambda pending: False)
+            self._prep = time.perf_counter() - began
         fixed, per_row = self._round_cost(functions)
         tasks = len({str(batch.tasks[r]) for r in held})
         room = max(self._allowance() - (time.perf_counter() - start) - fixed, 0.0)
@@ -137,21 +163,7 @@ class RewardProbeGuard(Guard):
         if len(rows) < min(3, len(held)):
             self.spent += time.perf_counter() - start
             return {}  # not within the budget yet
-        reference = probe_views.reference_column(
-            list(batch.columns), [self.ctx.reward_funcs[i] for i, _ in functions],
-            self.guards_config.reward_sanity.reference_column,
-        )  # fmt: skip
-        call_rows = probe_views.call_rows(batch, rows, reference)
-        markup = markup_from_config(self.guards_config.think_tags, self.ctx.template_text)
-        views = probe_views.views(batch, rows, call_rows, markup, [i for i, _ in functions])
-        plans = [
-            FunctionPlan(
-                i, name, float(batch.reward_weights[i]) if i < len(batch.reward_weights) else 1.0,
-                check_prefix=name not in self.config.prefix_ok, check_thinking=name not in self.config.process_rewards,
-                forms=tuple(self.forms[name]) if self.rounds and self.forms.get(name) else None,
-            )
-            for i, name in functions
-        ]  # fmt: skip
+        call_rows, views = prepare(rows)
 
         def score(fn: int, items: Any, alone: bool) -> list[float | None]:
             try:
@@ -166,8 +178,6 @@ class RewardProbeGuard(Guard):
         def may_continue(pending: Any) -> bool:  # a pass that would go past the budget is not started
             spent = time.perf_counter() - start
             expected = self._pass_cost(pending)
-            if not passes[0]:  # the rows' variants are built by now: what that cost per row
-                self._prep = max(self._prep, spent / len(rows))
             go = spent + SPARE * expected <= max(self._allowance(), 0.0)  # room for a slower pass than timed
             passes[0] += go
             return go
@@ -184,7 +194,7 @@ class RewardProbeGuard(Guard):
         self.texts.append(sum(r.texts for r in done if r is not None))
         if all(r is not None for r in done):  # a whole round: what a row cost, all in (the next round's estimate)
             self._row_cost = (time.perf_counter() - start) / len(rows)
-        results = {int(r.view.key): r for r in done if r is not None}
+        results = {int(r.view.key): without_latent_cuts(r) for r in done if r is not None}
         self.tasks_probed |= {str(batch.tasks[r]) for r in results}
         for r in results.values():
             self._learn(r, plans)
@@ -271,21 +281,23 @@ class RewardProbeGuard(Guard):
         tally = Tally()
         functions = range(len(batch.reward_names))
         for fn in functions:
-            masks = [int(v) for v in feats.get(f"fn{fn}", [])]
+            masks = [int(v) for v in feats.get(f"fn{fn}", [0.0] * len(batch))]  # a column it has no caller for
             for r in probed:
                 tally.add_mask(r, batch.group_of(r), fn, masks[r])
                 if decode(masks[r], STALLED)[0]:
                     probe_report.stalled(self, batch, report, fn, r)
         total = 0
         for verdict in tally.verdicts(list(functions)):
-            total += 1
             fname, probe = batch.reward_names[verdict.fn], verdict.probe
-            message = probe_report.message(self, batch, list(verdict.found), list(verdict.tried), fname, verdict.key)
             if probe == FALLBACK:  # the thinking graded only where the answer has none it reads: not an alarm
                 continue
+            total += 1
+            message = probe_report.message(self, batch, list(verdict.found), list(verdict.tried), fname, verdict.key)
             report.violation(f"{KINDS[probe]}:{fname}", message, RewardProbeError, rows=[verdict.found[0]])
         report.metric("findings", float(total))
-        self.coverage = probe_report.cover(self.coverage, batch, probed, feats)
+        calls = getattr(self.ctx, "checked_calls", None)
+        usable = {fn for fn in functions if calls is not None and (calls.usable(fn) or fn in calls.stalled)}
+        self.coverage = probe_report.cover(self.coverage, batch, probed, feats, usable)
 
     def summary_text(self) -> str:
         """What the probes covered (functions x tasks x rows), what they could not and why, and their cost."""
