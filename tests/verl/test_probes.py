@@ -198,15 +198,16 @@ def gsm8k_rows(*prompts: str) -> list[dict[str, Any]]:
 @pytest.mark.slow
 def test_gsm8k_tail_is_not_reported_while_no_completion_reaches_it(gsm8k_chain: Any, tmp_path: Path) -> None:
     """verl's gsm8k scorer keeps the last 300 characters. The tiny model's completions are under 40: the probes'
-    cuts stop at the longest completion of the batch, so the window is never reached and nothing is reported (true:
-    in this run the clip drops nothing). The scorer never pays these completions (no '#### 7'): dead groups, not a
-    probe finding."""
+    cuts stop at the longest completion of the batch, so the window is never reached and no cut is reported (true:
+    in this run the clip drops nothing). The scorer also grades a '#### 7' inside the thinking when the answer after
+    the block is not in that form: a fallback, which a run does not report. It never pays these completions (no
+    '#### 7'): dead groups, not a probe finding."""
     run = gsm8k_chain.fresh_guards({"output_dir": str(tmp_path), "probes": {"budget": 100.0}})
-    metrics = gsm8k_chain.step(gsm8k_rows("What is 3+4? Answer with the number.", "What is 2+5?"))
-    assert run.engine.ctx.reward_func_names == ["default_compute_score"]
-    assert metrics["rl_guards/probes/probed_rows"] == 8.0
+    gsm8k_chain.step(gsm8k_rows("What is 3+4? Answer with the number.", "What is 2+5?"))
+    assert run.engine.ctx.reward_func_names[0] == "default_compute_score"
+    assert max(len(c) for c in run.engine.last_batch.completions) < 64
     assert {f.guard for f in run.findings} <= {"dead_groups"}, run.summary()
-    assert "default_compute_score: openai/gsm8k 8 rows" in run.summary()
+    assert "probes: 1 round(s)" in run.summary() and "default_compute_score: openai/gsm8k 8 rows" in run.summary()
 
 
 @pytest.mark.slow
