@@ -57,7 +57,7 @@ VERL_GUARDS: list[type[Guard]] = [
 UNAVAILABLE: dict[str, str] = {
     "preflight": "reads TRL's GRPOConfig; verl checks its own config at start",
     "template": "renders prompts through TRL's trainer",
-    "reward_sanity": "calls reward functions with TRL's signature (verl's compute_score call: pending)",
+    "reward_sanity": "checks at train start on the train dataset's rows, which the trainer-side hook does not read",
     "drift": "generates probe completions through TRL's trainer",
 }
 assert {g.name for g in BATCH_GUARDS} == {g.name for g in VERL_GUARDS} | set(UNAVAILABLE), "a guard is unaccounted"
