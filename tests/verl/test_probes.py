@@ -157,6 +157,34 @@ def test_a_scorer_that_stalls_on_a_probe_text_never_hangs_the_trainer(run_for: A
     assert 0 in run.engine.ctx.checked_calls.stalled and run.steps_seen == 2
 
 
+@pytest.mark.slow
+def test_in_a_ray_actor_as_verls_trainer_runs_a_stalled_call_is_interrupted_on_its_main_thread(
+    verl_ray: Any, verl_config: Any, tiny: Any
+) -> None:
+    """verl's trainer runs in a Ray actor (``TaskRunnerV1.run``; the legacy ``TaskRunner.run``): a sync actor's
+    methods run on the actor process's main thread, so the probes' calls are interrupted there, not left running."""
+    config = verl_config("actor_rollout_ref.rollout.n=4", "data.max_response_length=12", PROBES)
+    batch = arith_batch(tiny.tokenizer, "plant/stall", seconds=1e-4)
+
+    @verl_ray.remote
+    class Trainer:  # as verl's TaskRunnerV1: a plain actor, its method holding the trainer's loop
+        def step(self, config: Any, batch: Any) -> tuple[bool, list[str], float, int]:
+            from rl_guards.verl.run import VerlGuardRun
+
+            run = VerlGuardRun(config)
+            start = time.perf_counter()
+            run.starting(batch.step)
+            time.sleep(0.2)
+            run.process(batch)
+            alive = sum(t.name == "rl_guards-reward-call" for t in threading.enumerate())  # calls left behind
+            main = threading.current_thread() is threading.main_thread()
+            return main, sorted(f.kind for f in run.findings), time.perf_counter() - start, alive
+
+    main, found, seconds, left_behind = verl_ray.get(Trainer.remote().step.remote(config, batch), timeout=120)
+    assert main and left_behind == 0
+    assert "stalled:compute_score" in found and seconds < 20
+
+
 def test_raise_mode_of_the_probes_stops_the_step(run_for: Any, tiny: Any) -> None:
     run = run_for(PROBES, "+reward.rl_guards.probes.mode=raise")
     with pytest.raises(RewardProbeError, match="reads the thinking"):
