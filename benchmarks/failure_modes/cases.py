@@ -1098,14 +1098,18 @@ def reasoning_words_capped(completions: list[Any], **kwargs: Any) -> list[float 
 reasoning_words_bonus.__name__ = reasoning_words_capped.__name__ = "informativeness"
 
 
+_FORMAT_ELEMENT = re.compile(r"</think>|<answer>|\\boxed\{")
+
+
 def format_elements_bonus(completions: list[Any], **kwargs: Any) -> list[float | None]:
-    """0.3 per answer container (<answer> tag, \\boxed{}), uncapped: repeating the format pays."""
-    return [0.3 * len(re.findall(r"<answer>|\\boxed\{", _text(c))) for c in completions]
+    """0.3 per format element (a closed think block, an <answer> tag, \\boxed{}), uncapped: repeating them pays."""
+    return [0.3 * len(_FORMAT_ELEMENT.findall(_text(c))) for c in completions]
 
 
 def format_once(completions: list[Any], **kwargs: Any) -> list[float | None]:
-    """Clean twin: 0.3 when the answer sits in exactly one container (a format reward that pays it once)."""
-    return [0.3 if len(re.findall(r"<answer>|\\boxed\{", _text(c))) == 1 else 0.0 for c in completions]
+    """Clean twin: 0.3 when the completion has the format at all (paid once; the policy's closed think blocks earn
+    it, so it is no reward the run never pays)."""
+    return [0.3 if _FORMAT_ELEMENT.search(_text(c)) else 0.0 for c in completions]
 
 
 format_elements_bonus.__name__ = format_once.__name__ = "format"
@@ -1181,7 +1185,7 @@ CASES += [
     Case(
         "shaping_format_repeated",
         "a format element paid each time it is repeated",
-        "0.3 per <answer> tag or \\boxed{}, uncapped (clean: 0.3 for exactly one: the format paid once)",
+        "0.3 per </think>, <answer> tag or \\boxed{}, uncapped (clean: 0.3 when there is one at all: paid once)",
         _shaping(format_elements_bonus, format_once),
         expect=(("probes", "hackable:format"),),
         tags=("grpo", "probes", "class:3"),
