@@ -119,7 +119,7 @@ class _GuardTimer:
     The guards' per-batch hooks are also timed one by one (``ms``: nested inside the hook).
     """
 
-    PARTS = ("hook", "probes", "reward wrappers", "callbacks", "trainer.log", "rl_guards reward functions")
+    PARTS = ("hook", "probes", "reward wrappers", "callbacks", "trainer.log", "rl_guards reward functions", "gc")
 
     def __init__(self, trainer: Any, install: Callable[[Any], Any]) -> None:
         from rl_guards.rewards.routing import RoutedReward
@@ -174,6 +174,17 @@ class _GuardTimer:
                 if type(fn) is cls:
                     object.__setattr__(fn, inner, self._part_wrap("reward wrappers", getattr(fn, inner), sign=-1.0))
         self._patch_call(StrayThinkPenalty, "rl_guards reward functions")
+        self._gc_start = (0.0, 0.0)
+        gc.callbacks.append(self._gc)
+
+    def _gc(self, phase: str, info: dict[str, Any]) -> None:
+        """The collector's pauses per step (``gc`` part: it runs wherever an allocation trips it, inside any part)."""
+        if phase == "start":
+            self._gc_start = (time.perf_counter(), time.thread_time())
+        elif self.step is not None:
+            cell = self.parts["gc"][self.step]
+            cell[0] += (time.perf_counter() - self._gc_start[0]) * 1000
+            cell[1] += (time.thread_time() - self._gc_start[1]) * 1000
 
     def _record(self, part: str, wall: float, cpu: float) -> None:
         if self.step is None or (self._probing and part != "probes"):
@@ -243,6 +254,8 @@ class _GuardTimer:
         for cls, name, original in reversed(self._restore):
             setattr(cls, name, original)
         self._restore.clear()
+        if self._gc in gc.callbacks:
+            gc.callbacks.remove(self._gc)
 
     def per_step(self, part: str, steps: list[int]) -> tuple[float, float]:
         """Mean (wall ms, CPU ms) of ``part`` over ``steps``."""
@@ -497,12 +510,19 @@ def section_step(pairs: int, seed: int, warmup: int = 4, batch: int = 8, max_new
     )
     rw, rc = part["rl_guards reward functions"]
     print(f"| rl_guards reward functions (apart) | {rw:.2f} | {rc:.2f} | StrayThinkPenalty: a reward the run chose |")
+    gw, gcpu = part["gc"]
+    gc_off = timer.per_step("gc", off_steps)
+    print(
+        f"| garbage collection (inside any part) | {gw:.2f} | {gcpu:.2f} | the collector's pauses on a guarded step "
+        f"({gc_off[0]:.2f} ms on an unguarded one): wherever an allocation trips it, mostly after the probes' |"
+    )
     print()
     print("Inside the hook, per guarded step (mean over the steps with guards on):\n")
     print("| hook | wall ms per step | CPU ms per step | calls |")
     print("|---|---:|---:|---:|")
     n_on = sum(1 for arm in arms[: len(callback.times)] if arm) or 1
     batch_hooks = {k: v for k, v in timer.ms.items() if not k.endswith("on_train_begin")}
+    summed_hooks = sum(v for k, v in batch_hooks.items() if not k.endswith(".scan"))  # the scans: in the assembly
     labels = {"engine.assemble": "engine.assemble (the shell, base numbers, gather; less the scans)"}
     for name in ("ms", "cpu_ms"):  # the guards' scans run inside Assembly.prepare: each on its own row
         values = getattr(timer, name)
@@ -528,13 +548,16 @@ def section_step(pairs: int, seed: int, warmup: int = 4, batch: int = 8, max_new
         "guard_cpu_ms_per_step": guard_cpu_per_step,
         "hook_ms_per_step": part["hook"][0],
         "hook_cpu_ms_per_step": part["hook"][1],
-        "parts": {name: list(v) for name, v in {**own_parts, "probes": part["probes"]}.items()},
+        "parts": {name: list(v) for name, v in {**own_parts, "probes": part["probes"], "gc": part["gc"]}.items()},
         "probe_ms_per_step": pw,
         "probe_cpu_ms_per_step": pc,
         "probe_share": probe_share,
         "cpu_ratio_of_means": ratio_of_means(pair_cpu),
         "off_median_ms": off_median,
         "off_median_cpu_ms": statistics.median(cpu_off),
+        # as this section summed it up to ab22f5f: every guard's per-batch hook, local_rows and the assembly with
+        # the guards' scans in it (the probes' included), per step with guards on
+        "summed_hooks_ms_per_step": summed_hooks / n_on,
     }
 
 
