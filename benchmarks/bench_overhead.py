@@ -403,6 +403,7 @@ def section_step(pairs: int, seed: int, warmup: int = 4, batch: int = 8, max_new
         findings = run.session.summary_rows()
         probes = next((g for g in run.guards if g.name == "probes"), None)
         probe_share = probes.spent / probes.elapsed if probes is not None and probes.elapsed else math.nan
+        rounds = f"{probes.rounds} rounds, {probes.aborted} aborted" if probes is not None else "off"
 
     times = {step: (arm, sec * 1000) for step, arm, sec in callback.times}
     pair_ms: list[tuple[float, float]] = []  # (on, off) wall
@@ -506,7 +507,7 @@ def section_step(pairs: int, seed: int, warmup: int = 4, batch: int = 8, max_new
     pw, pc = part["probes"]
     print(
         f"| reward probes (apart) | {pw:.2f} | {pc:.2f} | RewardProbeGuard.scan / on_batch: their rounds and the "
-        f"per-row verdict columns; {probe_share:.2%} of the run's elapsed time by their own clock |"
+        f"per-row verdict columns; {probe_share:.2%} of the run's elapsed time by their own clock ({rounds}) |"
     )
     rw, rc = part["rl_guards reward functions"]
     print(f"| rl_guards reward functions (apart) | {rw:.2f} | {rc:.2f} | StrayThinkPenalty: a reward the run chose |")
@@ -552,6 +553,7 @@ def section_step(pairs: int, seed: int, warmup: int = 4, batch: int = 8, max_new
         "probe_ms_per_step": pw,
         "probe_cpu_ms_per_step": pc,
         "probe_share": probe_share,
+        "probe_rounds": rounds,
         "cpu_ratio_of_means": ratio_of_means(pair_cpu),
         "off_median_ms": off_median,
         "off_median_cpu_ms": statistics.median(cpu_off),

@@ -346,7 +346,8 @@ def step_share(quick: bool) -> dict[str, Any]:
         f"extra) {own - hook:+.1f} ms (CPU {own_cpu - hook_cpu:+.1f}); target: the guards' own within ~2 ms of the "
         f"hook's: {'met' if own_cpu - hook_cpu <= 2 else 'NOT met'} (CPU). The reward probes, on their own budget "
         f"(probes.budget): {result['probe_ms_per_step']:.1f} ms per guarded step (CPU "
-        f"{result['probe_cpu_ms_per_step']:.1f}), {result['probe_share']:.2%} of the run's time by their own clock. "
+        f"{result['probe_cpu_ms_per_step']:.1f}), {result['probe_share']:.2%} of the run's time by their own clock "
+        f"({result['probe_rounds']}). "
         f"Summed as up to ab22f5f (the guards' hooks with the probes' scan inside the assembly, no reward wrappers "
         f"or callbacks): {result['summed_hooks_ms_per_step']:.1f} ms"
     )
