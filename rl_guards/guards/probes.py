@@ -30,6 +30,8 @@ from rl_guards.rewards.slicing import drain_watched
 
 LATER_ROWS = 4  # rows per task of a probe after the first (a verdict needs 3 of them, from 2 groups)
 TEXTS_PER_ROW = 120  # texts a function scores per probed row (both passes), for the cost estimate
+SPARE = 1.5  # estimates are taken this much above the calls timed (texts per pass vary, a loaded machine is slower)
+PREP = 0.003  # seconds to build a row's variants, until measured
 PASSES = 4  # calls a function gets in a probe (two passes, a narrowing or a stability check), for the estimate
 
 
@@ -70,6 +72,7 @@ class RewardProbeGuard(Guard):
         self.rounds = 0
         self.aborted = 0  # rounds stopped before their first pass (the budget did not reach it)
         self._prep = 0.0  # seconds to build one row's variants (the most seen)
+        self._row_cost = 0.0  # seconds a row of the last whole round cost, all in
         self.last_step = -1
         self.spent = 0.0  # seconds spent probing (this rank)
         self.elapsed = 0.0  # seconds of the run seen (this rank), probes included
@@ -124,12 +127,9 @@ class RewardProbeGuard(Guard):
     def _probe(self, batch: RolloutBatch, held: list[int], functions: list[tuple[int, str]]) -> dict[int, Any]:
         calls = self.ctx.checked_calls
         start = time.perf_counter()
-        self._calibrate(batch, held, functions)
-        # a probe's cost: a few calls per function (its passes) and each row's texts in them
-        fixed = sum(PASSES * calls.per_call(i)[0] for i, _ in functions)
-        per_row = sum(TEXTS_PER_ROW * calls.per_call(i)[1] for i, _ in functions)
+        self._calibrate(batch, held, functions, start)
+        fixed, per_row = self._round_cost(functions)
         tasks = len({str(batch.tasks[r]) for r in held})
-        per_row += self._prep  # building a row's variants (learned from the rounds before)
         room = max(self._allowance() - (time.perf_counter() - start) - fixed, 0.0)
         fits = int(room / per_row) // tasks if per_row > 0 else self.config.rows
         limit = min(self.config.rows, LATER_ROWS if self.rounds else self.config.rows, fits)
@@ -143,9 +143,7 @@ class RewardProbeGuard(Guard):
         )  # fmt: skip
         call_rows = probe_views.call_rows(batch, rows, reference)
         markup = markup_from_config(self.guards_config.think_tags, self.ctx.template_text)
-        prepared = time.perf_counter()
         views = probe_views.views(batch, rows, call_rows, markup, [i for i, _ in functions])
-        self._prep = max(self._prep, (time.perf_counter() - prepared) / len(rows))
         plans = [
             FunctionPlan(
                 i, name, float(batch.reward_weights[i]) if i < len(batch.reward_weights) else 1.0,
@@ -167,8 +165,10 @@ class RewardProbeGuard(Guard):
 
         def may_continue(pending: Any) -> bool:  # a pass that would go past the budget is not started
             spent = time.perf_counter() - start
-            expected = sum(calls.expected(c.fn, len(c.texts)) for c in pending)
-            go = spent + expected <= max(self._allowance(), 0.0)
+            expected = self._pass_cost(pending)
+            if not passes[0]:  # the rows' variants are built by now: what that cost per row
+                self._prep = max(self._prep, spent / len(rows))
+            go = spent + SPARE * expected <= max(self._allowance(), 0.0)  # room for a slower pass than timed
             passes[0] += go
             return go
 
@@ -182,21 +182,46 @@ class RewardProbeGuard(Guard):
             return {}
         self.rounds += 1
         self.texts.append(sum(r.texts for r in done if r is not None))
+        if all(r is not None for r in done):  # a whole round: what a row cost, all in (the next round's estimate)
+            self._row_cost = (time.perf_counter() - start) / len(rows)
         results = {int(r.view.key): r for r in done if r is not None}
         self.tasks_probed |= {str(batch.tasks[r]) for r in results}
         for r in results.values():
             self._learn(r, plans)
         return results
 
-    def _calibrate(self, batch: RolloutBatch, held: list[int], functions: list[tuple[int, str]]) -> None:
+    def _pass_cost(self, pending: list[Any]) -> float:
+        """Expected seconds of a pass: one merged call per function over its texts, each ``alone`` call its own."""
+        calls = self.ctx.checked_calls
+        merged: dict[int, int] = {}
+        cost = 0.0
+        for call in pending:
+            if call.alone:
+                cost += calls.expected(call.fn, len(call.texts))
+            else:
+                merged[call.fn] = merged.get(call.fn, 0) + len(call.texts)
+        return cost + sum(calls.expected(fn, n) for fn, n in merged.items())
+
+    def _round_cost(self, functions: list[tuple[int, str]]) -> tuple[float, float]:
+        """(seconds, seconds a row) a round is expected to cost: the last whole round's cost a row once there was one;
+        before, a few calls per function (its passes) and each row's texts in them, with room to spare."""
+        if self._row_cost:
+            return 0.0, self._row_cost
+        calls = self.ctx.checked_calls
+        fixed = sum(PASSES * calls.per_call(i)[0] for i, _ in functions)
+        per_row = sum(TEXTS_PER_ROW * calls.per_call(i)[1] for i, _ in functions) + (self._prep or PREP)
+        return SPARE * fixed, SPARE * per_row
+
+    def _calibrate(self, batch: RolloutBatch, held: list[int], functions: list[tuple[int, str]], start: float) -> None:
         """Time one call of a single text for each function timed at one call size only (the run's batches): what
         a call costs apart from its texts (a judge's round trip) decides how many rows a probe can take. Only when
         the budget has room for such a call; it is a probe call like any other (bounded, its time counted)."""
         calls = self.ctx.checked_calls
         for index, _ in functions:
             timer = calls.timer(index)
-            if timer.sizes_seen != 1 or calls.expected(index, 1) > self._allowance():
-                continue
+            seen = timer.samples[-1][0] if timer.samples else 1
+            if timer.sizes_seen != 1 or calls.expected(index, seen) > self._allowance() - (time.perf_counter() - start):
+                continue  # a single text may cost as much as the run's calls: only when that fits
             rows = probe_views.call_rows(batch, held[:1], None)
             try:
                 calls(index, [rows[held[0]]], [probe_views.prompt_text(batch.completions[held[0]]) or " "])

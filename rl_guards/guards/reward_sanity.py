@@ -127,7 +127,15 @@ class RewardSanityGuard(Guard):
         drain_watched()  # what a watch_inputs judge saw of these made-up answers is not the run's
         inverted = [k for k in result.inverted if k[0] not in cfg.shaping]
         named = bool(cfg.reference_column) or any(column in _params(f) for f in funcs)
-        blind = result.total_blind if named else []
+        # a function that raised or stalled left the weighted total unknown: no verdict on the total then
+        blind = result.total_blind if named and not result.errors else []
+        for fname, error in sorted(result.errors.items()):
+            report.notice(
+                f"unchecked:{fname}",
+                f"{fname} could not be checked on the {column!r} answers before step 0: {error}. The weighted total "
+                "is not judged either. If it stalled, give it a timeout of its own (a judge API's) or raise "
+                "probes.call_timeout; if it raised, these are plain answers in the usual forms: check what it expects.",
+            )
         report.metric("failures", float(len(inverted) + len(blind)))
         report.metric("checked", float(len(rows) * len(funcs)))
         if result.total_blind and not named:  # no function takes the column: it may not be what they score against
@@ -151,8 +159,6 @@ class RewardSanityGuard(Guard):
                 f"  {fname} pays a wrong answer more than the right one on task {task!r} and never the reverse: "
                 f"{result.examples[(fname, task)]}"
             )
-        for fname, error in sorted(result.errors.items()):
-            lines.append(f"  {fname} raised on these answers: {error}")
         for task in blind:
             lines.append(
                 f"  task {task!r}: the weighted total never pays the right answer more than a wrong one, in any form "
