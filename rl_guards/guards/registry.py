@@ -55,6 +55,7 @@ TINKER_GUARDS: list[type[Guard]] = [
     TaskRewardMonitor,
     GroupIntegrityGuard,
     DeadGroupGuard,
+    UnpaidRewardGuard,
     TruncationGuard,
     RewardProbeGuard,
     ThinkTagsGuard,

@@ -33,6 +33,7 @@ from rl_guards.guards.slicing import SlicingGuard
 from rl_guards.guards.task_rewards import TaskRewardMonitor
 from rl_guards.guards.think_tags import ThinkTagsGuard
 from rl_guards.guards.truncation import TruncationGuard
+from rl_guards.guards.unpaid_rewards import UnpaidRewardGuard
 from rl_guards.reward_calls.verl import VerlCaller
 from rl_guards.rewards.checked_calls import CheckedCalls
 from rl_guards.verl.rows import MANAGER_COLUMN, PENALTY_COLUMN
@@ -47,6 +48,7 @@ VERL_GUARDS: list[type[Guard]] = [
     TaskRewardMonitor,
     RoutingGuard,
     DeadGroupGuard,
+    UnpaidRewardGuard,
     TruncationGuard,
     SlicingGuard,
     ThinkTagsGuard,
