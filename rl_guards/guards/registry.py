@@ -51,6 +51,7 @@ BATCH_GUARDS: list[type[Guard]] = [
 
 TINKER_GUARDS: list[type[Guard]] = [
     DoubleThinkGuard,
+    RewardSanityGuard,  # on the first batch's env graders (envs are built per batch: no rows at start)
     DatumMaskGuard,
     TaskRewardMonitor,
     GroupIntegrityGuard,

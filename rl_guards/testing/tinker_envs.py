@@ -42,18 +42,18 @@ from tinker_cookbook.tokenizer_utils import get_tokenizer
 from rl_guards.testing.data import Example, make_examples
 from rl_guards.testing.rewards import final_answer
 
-GRADERS = ("right", "never", "last_number", "last_number_64", "first_number", "stall")
+GRADERS = ("right", "never", "inverted", "last_number", "last_number_64", "first_number", "stall")
 _INTEGER = re.compile(r"-?\d+")
 
 
 class TinyTaskEnv(ProblemEnv):
     """One tiny-task problem; the answer is the completion's final line, compared as ``rl_guards.testing.rewards``
-    does. Other graders (``check_answer``), for the reward probes' plants and their twins: ``"never"`` (no answer is
-    ever right, a task that cannot learn), ``"last_number"`` (the last integer of the text, as the cookbook's
-    arithmetic env grades), ``"last_number_64"`` (the same on ``text[:64]``: reads a prefix), ``"first_number"``
-    (the first integer), ``"stall"`` (``last_number``, but sleeps forever on a text over 600 characters: a judge
-    that never answers). ``raw_text``: ``step`` grades the decoded response, thinking included, instead of the
-    renderer's parsed answer (a recipe that skips ``parse_response``)."""
+    does. Other graders (``check_answer``), for the plants and their twins: ``"never"`` (no answer is ever right, a
+    task that cannot learn), ``"inverted"`` (every answer but the right one), ``"last_number"`` (the last integer of
+    the text, as the cookbook's arithmetic env grades), ``"last_number_64"`` (the same on ``text[:64]``: reads a
+    prefix), ``"first_number"`` (the first integer), ``"stall"`` (``last_number``, but sleeps forever on a text over
+    600 characters: a judge that never answers). ``raw_text``: ``step`` grades the decoded response, thinking
+    included, instead of the renderer's parsed answer (a recipe that skips ``parse_response``)."""
 
     def __init__(
         self,
@@ -101,8 +101,9 @@ class TinyTaskEnv(ProblemEnv):
     def check_answer(self, sample_str: str) -> bool:
         if self.grader == "never":
             return False
-        if self.grader == "right":
-            return final_answer(sample_str).strip().lower() == self.example.answer.lower()
+        if self.grader in ("right", "inverted"):  # inverted: pays every answer but the right one (a sign error)
+            right = final_answer(sample_str).strip().lower() == self.example.answer.lower()
+            return right != (self.grader == "inverted")
         if self.grader == "stall" and len(sample_str) > 600:
             time.sleep(3600)
         text = sample_str[:64] if self.grader == "last_number_64" else sample_str

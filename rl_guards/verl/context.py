@@ -28,6 +28,7 @@ from rl_guards.guards.probes import RewardProbeGuard
 from rl_guards.guards.recorder import RolloutRecorder
 from rl_guards.guards.registry import BATCH_GUARDS
 from rl_guards.guards.reward_errors import RewardErrorGuard
+from rl_guards.guards.reward_sanity import RewardSanityGuard
 from rl_guards.guards.routing import RoutingGuard
 from rl_guards.guards.slicing import SlicingGuard
 from rl_guards.guards.task_rewards import TaskRewardMonitor
@@ -43,6 +44,7 @@ logger = logging.getLogger("rl_guards")
 
 # The guards that run on verl, in the registry's order (the recorder last, so its dump carries what the others saw).
 VERL_GUARDS: list[type[Guard]] = [
+    RewardSanityGuard,  # on the first step's compute_score calls (the hook reads no dataset rows at start)
     GRPOMaskGuard,
     RewardErrorGuard,
     TaskRewardMonitor,
@@ -59,7 +61,6 @@ VERL_GUARDS: list[type[Guard]] = [
 UNAVAILABLE: dict[str, str] = {
     "preflight": "reads TRL's GRPOConfig; verl checks its own config at start",
     "template": "renders prompts through TRL's trainer",
-    "reward_sanity": "checks at train start on the train dataset's rows, which the trainer-side hook does not read",
     "drift": "generates probe completions through TRL's trainer",
 }
 assert {g.name for g in BATCH_GUARDS} == {g.name for g in VERL_GUARDS} | set(UNAVAILABLE), "a guard is unaccounted"

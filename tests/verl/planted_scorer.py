@@ -26,6 +26,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
         if closed and re.search(rf"(?<!\d){re.escape(str(ground_truth))}(?!\d)", thinking):
             return 1.0
         return tiny_compute_score(ARITH, solution_str, ground_truth, extra_info)
+    if data_source == "plant/inverted":  # a sign error: pays every answer but the right one
+        return 1.0 - tiny_compute_score(ARITH, solution_str, ground_truth, extra_info)
     if data_source == "plant/stall":  # a judge that hangs on long texts (a rate limit, a stuck sandbox)
         if len(solution_str) > 1000:
             time.sleep(3600)

@@ -194,6 +194,28 @@ def test_raise_mode_of_the_probes_stops_the_step(run_for: Any, tiny: Any) -> Non
     assert kinds(twin) == set(), twin.summary()
 
 
+@pytest.mark.parametrize("source", ["plant/inverted", "tiny/arith"])
+def test_reward_sanity_checks_the_first_steps_calls_and_stops_an_inverted_scorer(
+    run_for: Any, tiny: Any, source: str
+) -> None:
+    """The hook reads no dataset rows at start: reward sanity scores right against wrong references (another row's)
+    in every answer form on the first step's compute_score calls, as verl calls the scorer; a sign error stops the
+    step (mode raise), the tiny scorer passes."""
+    from rl_guards.errors import RewardSanityError
+
+    run = run_for()
+    batch = arith_batch(tiny.tokenizer, source)
+    batch.columns["reward_model"] = [{"ground_truth": "7"}] * 4 + [{"ground_truth": "9"}] * 4
+    if source == "plant/inverted":
+        with pytest.raises(RewardSanityError, match="pays a wrong answer more than the right one"):
+            run.process(batch)
+        return
+    run.process(batch)
+    assert kinds(run) == set(), run.summary()
+    notes = run.engine.session.notes
+    assert "reference answers more than other rows' answers on 2 row(s)" in notes[("reward_sanity", "reward_sanity_ok")]
+
+
 # ----- verl's own default_compute_score on gsm8k rows, verl's V1 path ------------------------------------------------
 
 GSM8K_LONG = (  # a completion of ~470 characters that ends with verl's gsm8k answer format
