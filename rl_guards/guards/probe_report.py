@@ -104,7 +104,7 @@ def summary(guard: Any) -> str:
         f"run's time on this rank (budget {guard.config.budget:.0%})"
     ]
     if getattr(guard, "aborted", 0):
-        lines[0] += f"; {guard.aborted} round(s) stopped before their first pass (over the budget)"
+        lines[0] += f"; {guard.aborted} round(s) stopped by the budget before a row finished"
     if not guard.coverage:
         return lines[0] + "; nothing probed yet"
     lines[0] += f", at step(s) {', '.join(str(s) for s in guard.coverage['steps'])}"

@@ -32,7 +32,7 @@ LATER_ROWS = 4  # rows per task of a probe after the first (a verdict needs 3 of
 TEXTS_PER_ROW = 120  # texts a function scores per probed row (both passes), for the cost estimate
 SPARE = 1.5  # estimates are taken this much above the calls timed (texts per pass vary, a loaded machine is slower)
 PREP = 0.003  # seconds to build a row's variants, until measured
-PASSES = 4  # calls a function gets in a probe (two passes, a narrowing or a stability check), for the estimate
+PASSES = 3  # calls a function gets in a probe (two passes, then a narrowing or a stability check), for the estimate
 
 
 def _no_scores(fn: int, items: Any, alone: bool) -> list[float | None]:
@@ -74,7 +74,7 @@ class RewardProbeGuard(Guard):
         super().__init__(config)
         self.config: ProbesConfig
         self.rounds = 0
-        self.aborted = 0  # rounds stopped before their first pass (the budget did not reach it)
+        self.aborted = 0  # rounds the budget stopped before any row finished (no verdict: not counted in rounds)
         self._prep = 0.0  # seconds to build one row's variants (the most seen)
         self._row_cost = 0.0  # seconds a row of the last whole round cost, all in
         self.last_step = -1
@@ -187,8 +187,8 @@ class RewardProbeGuard(Guard):
         drain_watched()  # texts a watch_inputs judge saw during the probe are not the run's
         self.spent += time.perf_counter() - start
         self.last_step = batch.step
-        if not passes[0]:
-            self.aborted += 1  # its first pass did not fit the budget after all: the next due batch tries again
+        if not passes[0] or all(r is None for r in done):
+            self.aborted += 1  # the budget stopped it before any row finished: the next due batch tries again
             return {}
         self.rounds += 1
         self.texts.append(sum(r.texts for r in done if r is not None))
