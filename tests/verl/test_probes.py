@@ -98,9 +98,14 @@ def test_the_probes_call_the_run_scorer_and_their_timer_holds_its_own_times(run_
     assert isinstance(calls.callers[0], VerlCaller) and calls.callers[1:] == [None] and calls.cap == 30.0
     assert calls.callers[0].fn is ctx.reward_funcs[0]
     run.process(legacy_batch(tiny.tokenizer, ["7", "8", "7", "7", "cat", "dog", "cat", "cat"], [1.0] * 8, seconds=0.2))
-    assert calls.timer(0).samples == [(1, 0.2)] * 8
-    assert calls.deadline(0, 1) == pytest.approx(4.0)  # 20x the expected time
-    assert calls.deadline(0, 10) == 30.0  # capped at probes.call_timeout
+    samples = calls.timer(0).samples
+    assert samples[:8] == [(1, 0.2)] * 8  # the run's own calls, timed in the worker
+    assert all(n > 1 for n, _ in samples[8:])  # then the guards' own merged calls on this batch (sanity, probes)
+    estimate = calls.timer(0).estimate(1)
+    assert estimate is not None and 0.0 < estimate <= 0.2
+    assert calls.deadline(0, 1) == pytest.approx(20 * estimate)  # 20x the expected time
+    big = calls.timer(0).estimate(10_000)
+    assert big is not None and calls.deadline(0, 10_000) == pytest.approx(min(30.0, 20 * big))  # capped at call_timeout
 
 
 def test_a_reward_model_run_leaves_the_scorer_out_of_the_probes(run_for: Any) -> None:
