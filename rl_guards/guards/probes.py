@@ -17,7 +17,7 @@ from rl_guards.chat.markup import markup_from_config
 from rl_guards.config import ProbesConfig
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.core.probing.calls import RAISED, STALLED, FunctionPlan
-from rl_guards.core.probing.procedure import RowView, without_latent_cuts
+from rl_guards.core.probing.procedure import RowView, noting_latent_cuts
 from rl_guards.core.probing.runner import ScoreFailed, run_rows
 from rl_guards.core.probing.tally import Tally, decode, encode, findings_of
 from rl_guards.core.probing.variants import FALLBACK
@@ -194,7 +194,7 @@ class RewardProbeGuard(Guard):
         self.texts.append(sum(r.texts for r in done if r is not None))
         if all(r is not None for r in done):  # a whole round: what a row cost, all in (the next round's estimate)
             self._row_cost = (time.perf_counter() - start) / len(rows)
-        results = {int(r.view.key): without_latent_cuts(r) for r in done if r is not None}
+        results = {int(r.view.key): noting_latent_cuts(r) for r in done if r is not None}
         self.tasks_probed |= {str(batch.tasks[r]) for r in results}
         for r in results.values():
             self._learn(r, plans)

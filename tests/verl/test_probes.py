@@ -253,8 +253,8 @@ def gsm8k_rows(*prompts: str) -> list[dict[str, Any]]:
 @pytest.mark.slow
 def test_gsm8k_tail_is_not_reported_while_no_completion_reaches_it(gsm8k_chain: Any, tmp_path: Path) -> None:
     """verl's gsm8k scorer keeps the last 300 characters. The tiny model's completions are under 40: the probes'
-    cuts stop at the longest completion of the batch, so the window is never reached and no cut is reported (true:
-    in this run the clip drops nothing). The scorer also grades a '#### 7' inside the thinking when the answer after
+    texts stop at 64 characters or the batch's longest completion, so the window is never reached and no cut is
+    reported (true: in this run the clip drops nothing; later rounds, on longer completions, find it). The scorer also grades a '#### 7' inside the thinking when the answer after
     the block is not in that form: a fallback, which a run does not report. It never pays these completions (no
     '#### 7'): dead groups, not a probe finding."""
     run = gsm8k_chain.fresh_guards({"output_dir": str(tmp_path), "probes": {"budget": 100.0}})
@@ -274,3 +274,4 @@ def test_gsm8k_tail_is_reported_once_completions_are_longer_than_it(gsm8k_chain:
     found = [f for f in run.findings if f.guard == "probes"]
     assert [f.kind for f in found] == ["reads_suffix:default_compute_score"], run.summary()
     assert "with 294 characters after it, but not with 295" in found[0].message
+    assert "no completion of this run is that long yet" not in found[0].message

@@ -312,22 +312,27 @@ def _reach(finding: Finding, pair: Pair | None, shape: Shape) -> Finding:
     return replace(finding, reach=len(pair.good) + 2 + finding.cut[0])
 
 
-def without_latent_cuts(result: RowResult) -> RowResult:
-    """``result`` without the prefix / suffix cuts no completion of the run reaches yet (``view.longest``): a function
-    that still read the answer with ``seen`` characters before (after) it reads every text of at most that length
-    whole, so the cut changes no score of this run (yet). In a run, probed again later, it counts once completions
-    grow past it; the offline audit judges the function itself and keeps them. A cut's ``reach`` is measured in the
-    probe's texts (think block and answer form included), the same characters as ``longest``."""
+def noting_latent_cuts(result: RowResult) -> RowResult:
+    """``result`` with each prefix / suffix cut no completion of the run reaches yet (``view.longest``) said so: a
+    function that still read the answer with ``seen`` characters before (after) it reads every text of at most that
+    length whole, so the cut has changed no score of this run so far; it will once completions grow past it (they
+    usually do). Still a finding: the slice is in the code, and a run is cheaper to fix before it matters. A cut's
+    ``reach`` is measured in the probe's texts (think block and answer form included), the same characters as
+    ``longest``."""
     longest = result.view.longest
     if longest <= 0:
         return result
+    note = (f"; no completion of this run is that long yet (the longest: {longest} characters), so no score has "
+            "changed so far: it will once completions grow past it")  # fmt: skip
     functions = {}
     for f, fr in result.functions.items():
-        kept = tuple(x for x in fr.assessment.findings if not (x.probe in (PREFIX, SUFFIX) and x.reach >= longest))
-        functions[f] = fr if len(kept) == len(fr.assessment.findings) else replace(
-            fr, assessment=replace(fr.assessment, findings=kept)
+        found = fr.assessment.findings
+        noted = tuple(
+            replace(x, detail=x.detail + note) if x.probe in (PREFIX, SUFFIX) and x.reach >= longest else x
+            for x in found
         )
+        functions[f] = fr if noted == found else replace(fr, assessment=replace(fr.assessment, findings=noted))
     return replace(result, functions=functions)
 
 
-__all__ = ["CUT_FORMS", "FunctionResult", "RowResult", "RowView", "probe_row", "without_latent_cuts"]
+__all__ = ["CUT_FORMS", "FunctionResult", "RowResult", "RowView", "noting_latent_cuts", "probe_row"]
