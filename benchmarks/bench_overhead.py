@@ -9,7 +9,9 @@ Sections (``--only step,batch,sync,scanner``; all by default):
   Step time is the wall time from one ``on_step_begin`` to the next (generation, rewards, guards, loss, optimizer
   step, logging). Reports the ratio with its spread (per-pair median and IQR; ratio of means with a bootstrap
   95 % CI), the same on the process's CPU time (less sensitive to other load), and, measured directly inside
-  the run, the guards' own milliseconds per step.
+  the run, the guards' own milliseconds per step by part (``_GuardTimer``: the hook, the reward wrappers, the
+  callbacks, the log's extra), with the reward probes (a time budget of their own) and rl_guards' reward functions
+  (rewards the run chose) apart.
 - ``batch``: CPU milliseconds per rollout batch of each guard's ``on_batch`` (the masking guard's
   ``check_tensors``), the hook's batch build (``trl.rollout_rows.local_rows`` + ``Assembly.assemble``: this rank's
   rows, the guards' scans, the numbers every rank gathers), and the reward-function wrappers, on synthetic batches
@@ -104,36 +106,191 @@ def best_ms(fn: Callable[[], Any], repeats: int) -> float:
 
 
 class _GuardTimer:
-    """Wraps each installed guard's per-batch hooks (and the hook's batch build) to add up their wall / CPU time."""
+    """The guards' own time inside the run, per step and part: wall and CPU of the training thread.
 
-    def __init__(self, run: Any) -> None:
-        self.ms: dict[str, float] = defaultdict(float)  # wall
-        self.cpu_ms: dict[str, float] = defaultdict(float)  # this process's CPU time
+    Parts (``PARTS``): the hook on a guarded step (``GuardRun._after_generation``: the loss tensors' check, this
+    rank's rows, the assembly, every guard's scan / on_batch / after_batch, metrics into the trainer's buffer; and
+    the reward wrap's own part, TRL's reward call timed apart), with the reward probes' scan and on_batch taken out
+    (their time budget is their own: ``probes.budget``); the reward-function wrappers install puts on every step
+    (``CatchRowErrors``, ``route``'s own part: outer minus the function inside); the callbacks' own events
+    (``GuardRun``, ``GuardRunState``; the console / tracker ``on_log`` wrappers minus the callback inside); and
+    ``trainer.log`` (TRL's log, which averages and prints more keys when the guards logged). rl_guards' reward
+    functions the run chose (``StrayThinkPenalty``) are timed apart: they are the run's rewards, on or off.
+    The guards' per-batch hooks are also timed one by one (``ms``: nested inside the hook).
+    """
+
+    PARTS = ("hook", "probes", "reward wrappers", "callbacks", "trainer.log", "rl_guards reward functions", "gc")
+
+    def __init__(self, trainer: Any, install: Callable[[Any], Any]) -> None:
+        from rl_guards.rewards.routing import RoutedReward
+        from rl_guards.rewards.row_errors import CatchRowErrors
+        from rl_guards.rewards.stray_think import StrayThinkPenalty
+
+        self.ms: dict[str, float] = defaultdict(float)  # the guards' hooks one by one (wall), guarded steps
+        self.cpu_ms: dict[str, float] = defaultdict(float)
         self.calls: Counter[str] = Counter()
+        # part -> step -> [wall ms, thread CPU ms]
+        self.parts: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
+        self.step: int | None = None  # set by the interleaving callback at each step begin
+        self._probing = False  # inside the probes: the reward calls they make are theirs
+        self._logging = False  # inside trainer.log: the callbacks' on_log inside it are counted as callbacks
+        self._restore: list[tuple[Any, str, Any]] = []
+        reward_call = self._part_wrap("hook", trainer._calculate_rewards, sign=-1.0)  # TRL's own: not the hook's
+        trainer._calculate_rewards = reward_call
+        printers = [cb for cb in trainer.callback_handler.callbacks if type(cb).__name__ in _LOG_WRAPPED]
+        for cb in printers:  # the callback's own on_log, before the router wraps it
+            cb.on_log = self._part_wrap("callbacks", cb.on_log, sign=-1.0)
+        self.run = run = install(trainer)
+        for cb in printers:  # the router's wrapper around it: its own part is outer minus inner
+            cb.on_log = self._part_wrap("callbacks", cb.on_log)
+        trainer._calculate_rewards = self._part_wrap("hook", trainer._calculate_rewards)
+        run._after_generation = self._part_wrap("hook", run._after_generation)
+        from transformers import TrainerCallback
+
+        events = [e for e in dir(TrainerCallback) if e.startswith("on_") and e not in ("on_init_end", "on_train_begin")]
+        for callback in (run, run.saved_state):
+            for event in events:
+                object.__setattr__(callback, event, self._part_wrap("callbacks", getattr(callback, event)))
+        trainer.log = self._log(trainer.log)
         for guard in run.guards:
-            for hook in ("check_tensors", "on_batch", "on_train_begin"):
+            for hook in ("check_tensors", "scan", "on_batch", "after_batch", "on_train_begin"):
                 if hook != "on_train_begin" and not overrides(guard, hook):
                     continue
-                setattr(guard, hook, self._wrap(f"{guard.name}.{hook}", getattr(guard, hook)))
+                fn = self._wrap(f"{guard.name}.{hook}", getattr(guard, hook))
+                if guard.name == "probes" and hook in ("scan", "on_batch"):
+                    fn = self._probes(fn)
+                setattr(guard, hook, fn)
         # The batch build: this rank's rows (the adapter's local_rows, as the hook calls it) and the engine's
-        # assembly (prepare: the shell, the guards' scans; finish: the gather of numbers and the batch from them),
-        # as the engine calls them; the guards' on_batch are timed above.
+        # assembly (prepare: the shell, the guards' scans; finish: the gather of numbers and the batch from them).
         assembly = run.engine.assembly
         assembly.prepare = self._wrap("engine.assemble", assembly.prepare)
         assembly.finish = self._wrap("engine.assemble", assembly.finish)
         _route_local_rows(self)
+        # The reward wrappers' own time: the wrapper's call minus the function inside (class-level, undone after).
+        chain = _reward_chain(trainer.reward_funcs)
+        for cls, inner in ((CatchRowErrors, "__wrapped__"), (RoutedReward, "fn")):
+            self._patch_call(cls, "reward wrappers")
+            for fn in chain:
+                if type(fn) is cls:
+                    object.__setattr__(fn, inner, self._part_wrap("reward wrappers", getattr(fn, inner), sign=-1.0))
+        self._patch_call(StrayThinkPenalty, "rl_guards reward functions")
+        self._gc_start = (0.0, 0.0)
+        gc.callbacks.append(self._gc)
+
+    def _gc(self, phase: str, info: dict[str, Any]) -> None:
+        """The collector's pauses per step (``gc`` part: it runs wherever an allocation trips it, inside any part)."""
+        if phase == "start":
+            self._gc_start = (time.perf_counter(), time.thread_time())
+        elif self.step is not None:
+            cell = self.parts["gc"][self.step]
+            cell[0] += (time.perf_counter() - self._gc_start[0]) * 1000
+            cell[1] += (time.thread_time() - self._gc_start[1]) * 1000
+
+    def _record(self, part: str, wall: float, cpu: float) -> None:
+        if self.step is None or (self._probing and part != "probes"):
+            return
+        cell = self.parts[part][self.step]
+        cell[0] += wall * 1000
+        cell[1] += cpu * 1000
+        if self._logging and part != "trainer.log":  # a callback's on_log inside the log: counted once, as its own
+            self._record("trainer.log", -wall, -cpu)
+
+    def _log(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``trainer.log``: TRL's and HF's log, less the callbacks' own part inside it (timed as callbacks)."""
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t, c = time.perf_counter(), time.thread_time()
+            self._logging = True
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._logging = False
+                self._record("trainer.log", time.perf_counter() - t, time.thread_time() - c)
+
+        return timed
+
+    def _part_wrap(self, part: str, fn: Callable[..., Any], sign: float = 1.0) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t, c = time.perf_counter(), time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._record(part, sign * (time.perf_counter() - t), sign * (time.thread_time() - c))
+
+        return timed
+
+    def _probes(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """The probes' hooks: their time moves from the hook to ``probes``; reward calls inside them are theirs."""
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t, c = time.perf_counter(), time.thread_time()
+            self._probing = True
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._probing = False
+                wall, cpu = time.perf_counter() - t, time.thread_time() - c
+                self._record("probes", wall, cpu)
+                self._record("hook", -wall, -cpu)
+
+        return timed
+
+    def _patch_call(self, cls: type, part: str) -> None:
+        original = cls.__call__
+        timer = self
+
+        def __call__(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            t, c = time.perf_counter(), time.thread_time()
+            try:
+                return original(obj, *args, **kwargs)
+            finally:
+                timer._record(part, time.perf_counter() - t, time.thread_time() - c)
+
+        self._restore.append((cls, "__call__", original))
+        cls.__call__ = __call__  # type: ignore[method-assign]
+
+    def undo(self) -> None:
+        """Put the patched classes back."""
+        for cls, name, original in reversed(self._restore):
+            setattr(cls, name, original)
+        self._restore.clear()
+        if self._gc in gc.callbacks:
+            gc.callbacks.remove(self._gc)
+
+    def per_step(self, part: str, steps: list[int]) -> tuple[float, float]:
+        """Mean (wall ms, CPU ms) of ``part`` over ``steps``."""
+        if not steps:
+            return math.nan, math.nan
+        cells = [self.parts[part].get(s, [0.0, 0.0]) for s in steps]
+        return statistics.fmean(c[0] for c in cells), statistics.fmean(c[1] for c in cells)
 
     def _wrap(self, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
-            t, c = time.perf_counter(), time.process_time()
+            t, c = time.perf_counter(), time.thread_time()
             try:
                 return fn(*args, **kwargs)
             finally:
                 self.ms[label] += (time.perf_counter() - t) * 1000
-                self.cpu_ms[label] += (time.process_time() - c) * 1000
+                self.cpu_ms[label] += (time.thread_time() - c) * 1000
                 self.calls[label] += 1
 
         return timed
+
+
+_LOG_WRAPPED = ("PrinterCallback", "ProgressCallback", "WandbCallback")  # the router wraps their on_log
+
+
+def _reward_chain(funcs: list[Any]) -> list[Any]:
+    """The reward functions and every wrapper inside them (``__wrapped__`` / ``fn``)."""
+    out: list[Any] = []
+    todo = list(funcs)
+    while todo:
+        fn = todo.pop()
+        out.append(fn)
+        inner = fn.__dict__.get("__wrapped__") or fn.__dict__.get("fn") if hasattr(fn, "__dict__") else None
+        if inner is not None:
+            todo.append(inner)
+    return out
 
 
 def _route_local_rows(timer: _GuardTimer) -> None:
@@ -151,7 +308,9 @@ def _route_local_rows(timer: _GuardTimer) -> None:
     hook.local_rows.timers.append(timer)
 
 
-def _interleave_callback(trainer: Any, on: tuple[Any, Any], off: tuple[Any, Any], arms: list[bool]) -> Any:
+def _interleave_callback(
+    trainer: Any, on: tuple[Any, Any], off: tuple[Any, Any], arms: list[bool], timer: _GuardTimer | None = None
+) -> Any:
     from transformers import TrainerCallback
 
     class Interleave(TrainerCallback):
@@ -171,6 +330,8 @@ def _interleave_callback(trainer: Any, on: tuple[Any, Any], off: tuple[Any, Any]
             step = int(state.global_step)
             arm = arms[step] if step < len(arms) else False
             trainer._generate_and_score_completions, trainer._calculate_rewards = on if arm else off
+            if timer is not None:
+                timer.step = step
             self._start = (step, arm, time.perf_counter(), time.process_time())
 
     return Interleave()
@@ -225,22 +386,30 @@ def section_step(pairs: int, seed: int, warmup: int = 4, batch: int = 8, max_new
     with tempfile.TemporaryDirectory() as out:
         trainer = build_tiny_trainer(out, max_steps=len(arms), batch=batch, max_new=max_new)
         off = (trainer._generate_and_score_completions, trainer._calculate_rewards)
-        run = rl_guards.install(trainer, GuardsConfig())
+        timer = _GuardTimer(trainer, lambda t: rl_guards.install(t, GuardsConfig()))
+        run = timer.run
         on = (trainer._generate_and_score_completions, trainer._calculate_rewards)
-        timer = _GuardTimer(run)
-        callback = _interleave_callback(trainer, on, off, arms)
+        callback = _interleave_callback(trainer, on, off, arms, timer)
         trainer.add_callback(callback)
         t0 = time.perf_counter()
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):  # the preflight report
-            warnings.simplefilter("ignore")
-            trainer.train()
+        try:
+            with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):  # the preflight report
+                warnings.simplefilter("ignore")
+                trainer.train()
+        finally:
+            timer.undo()
         wall = time.perf_counter() - t0
         guard_names = [g.name for g in run.guards]
         findings = run.session.summary_rows()
+        probes = next((g for g in run.guards if g.name == "probes"), None)
+        probe_share = probes.spent / probes.elapsed if probes is not None and probes.elapsed else math.nan
+        rounds = f"{probes.rounds} rounds, {probes.aborted} aborted" if probes is not None else "off"
 
     times = {step: (arm, sec * 1000) for step, arm, sec in callback.times}
     pair_ms: list[tuple[float, float]] = []  # (on, off) wall
     pair_cpu: list[tuple[float, float]] = []  # (on, off) CPU
+    on_steps: list[int] = []
+    off_steps: list[int] = []
     for k in range(pairs):
         a, b = warmup + 2 * k, warmup + 2 * k + 1
         if a in times and b in times:
@@ -248,11 +417,12 @@ def section_step(pairs: int, seed: int, warmup: int = 4, batch: int = 8, max_new
             cpu_a, cpu_b = callback.cpu[a] * 1000, callback.cpu[b] * 1000
             pair_ms.append((ms_a, ms_b) if arm_a else (ms_b, ms_a))
             pair_cpu.append((cpu_a, cpu_b) if arm_a else (cpu_b, cpu_a))
+            on_steps.append(a if arm_a else b)
+            off_steps.append(b if arm_a else a)
     on_ms = [p[0] for p in pair_ms]
     off_ms = [p[1] for p in pair_ms]
     ratios = [a / b for a, b in pair_ms]
     diffs = [a - b for a, b in pair_ms]
-    on_steps = sum(1 for arm in arms[: len(callback.times)] if arm) or 1
 
     def ratio_of_means(ps: list[tuple[float, float]]) -> float:
         return sum(p[0] for p in ps) / sum(p[1] for p in ps)
@@ -264,9 +434,16 @@ def section_step(pairs: int, seed: int, warmup: int = 4, batch: int = 8, max_new
     md_lo, md_hi = bootstrap_ci(pair_ms, mean_diff, seed=seed + 1)
     cpu_lo, cpu_hi = bootstrap_ci(pair_cpu, ratio_of_means, seed=seed + 2)
     cpu_on, cpu_off = [p[0] for p in pair_cpu], [p[1] for p in pair_cpu]
-    batch_hooks = {k: v for k, v in timer.ms.items() if not k.endswith("on_train_begin")}
-    guard_ms_per_step = sum(batch_hooks.values()) / on_steps
-    guard_cpu_per_step = sum(v for k, v in timer.cpu_ms.items() if not k.endswith("on_train_begin")) / on_steps
+    # The guards' own time per guarded step, by part (the measured pairs' guarded steps); trainer.log counts as
+    # its extra time on guarded steps over unguarded ones (the guards' keys it averages and prints).
+    part = {name: timer.per_step(name, on_steps) for name in _GuardTimer.PARTS}
+    log_off = timer.per_step("trainer.log", off_steps)
+    log_extra = (part["trainer.log"][0] - log_off[0], part["trainer.log"][1] - log_off[1])
+    own_parts = {"hook": part["hook"], "reward wrappers": part["reward wrappers"], "callbacks": part["callbacks"],
+                 "trainer.log (extra)": log_extra}  # fmt: skip
+    guard_ms_per_step = sum(v[0] for v in own_parts.values())
+    guard_cpu_per_step = sum(v[1] for v in own_parts.values())
+    off_median = statistics.median(off_ms)
     print(
         f"{len(arms)} steps in {wall:.0f} s ({warmup} warm-up steps, {len(pair_ms)} on/off pairs in random order); "
         f"batch {batch} = {batch // 4} prompts x 4 generations, <= {max_new} new tokens; load average "
@@ -277,9 +454,9 @@ def section_step(pairs: int, seed: int, warmup: int = 4, batch: int = 8, max_new
     print("| measure | guards off | guards on | on/off |")
     print("|---|---:|---:|---:|")
     print(
-        f"| step ms, median [IQR] | {statistics.median(off_ms):.1f} [{quantile(off_ms, 0.25):.1f}, "
+        f"| step ms, median [IQR] | {off_median:.1f} [{quantile(off_ms, 0.25):.1f}, "
         f"{quantile(off_ms, 0.75):.1f}] | {statistics.median(on_ms):.1f} [{quantile(on_ms, 0.25):.1f}, "
-        f"{quantile(on_ms, 0.75):.1f}] | {statistics.median(on_ms) / statistics.median(off_ms):.3f} |"
+        f"{quantile(on_ms, 0.75):.1f}] | {statistics.median(on_ms) / off_median:.3f} |"
     )
     print(
         f"| per-pair ratio on/off, median [IQR] | | | {statistics.median(ratios):.3f} "
@@ -298,20 +475,62 @@ def section_step(pairs: int, seed: int, warmup: int = 4, batch: int = 8, max_new
         f"| {statistics.median(cpu_on):.1f} | {ratio_of_means(pair_cpu):.3f} [{cpu_lo:.3f}, {cpu_hi:.3f}] |"
     )
     print(
-        f"| guards' own wall ms per guarded step (timed inside the run) | | {guard_ms_per_step:.2f} | "
-        f"{guard_ms_per_step / statistics.median(off_ms):.2%} of the median off step |"
+        f"| guards' own wall ms per guarded step, reward probes apart (timed inside the run) | | "
+        f"{guard_ms_per_step:.2f} | {guard_ms_per_step / off_median:.2%} of the median off step |"
     )
     print(
-        f"| guards' own CPU ms per guarded step (timed inside the run) | | {guard_cpu_per_step:.2f} | "
-        f"{guard_cpu_per_step / statistics.median(cpu_off):.2%} of the median off step's CPU |"
+        f"| guards' own CPU ms per guarded step, reward probes apart (timed inside the run) | | "
+        f"{guard_cpu_per_step:.2f} | {guard_cpu_per_step / statistics.median(cpu_off):.2%} of the median off "
+        "step's CPU |"
     )
     print()
-    print("Inside the run, per guarded step (mean over the steps with guards on):\n")
+    print(
+        "Where the guards' own time goes, per guarded step (mean over the measured pairs' guarded steps; CPU: the "
+        "training thread's). The reward probes keep to a budget of their own (`probes.budget`, a share of the run's "
+        "elapsed time, by their own clock) and are counted apart; their clock also runs through the unguarded steps "
+        "here, so on a guarded step they may spend the budget of two.\n"
+    )
+    print("| part | wall ms | CPU ms | what |")
+    print("|---|---:|---:|---|")
+    what = {
+        "hook": "the hook on a guarded step: loss tensors' check, this rank's rows, the assembly and every guard's "
+        "scan / on_batch / after_batch, metrics to the trainer; the reward wrap's own part (probes taken out)",
+        "reward wrappers": "CatchRowErrors (and route's) own part: the wrapper's call minus the function inside",
+        "callbacks": "GuardRun / GuardRunState events (the step end: engine.step_end), the console on_log wrapper's "
+        "own part",
+        "trainer.log (extra)": f"TRL's log on a guarded step minus an unguarded one ({part['trainer.log'][0]:.2f} "
+        f"vs {log_off[0]:.2f} ms wall): the guards' keys averaged and filtered",
+    }
+    for name, (w, c) in own_parts.items():
+        print(f"| {name} | {w:.2f} | {c:.2f} | {what[name]} |")
+    print(f"| **guards' own** | **{guard_ms_per_step:.2f}** | **{guard_cpu_per_step:.2f}** | |")
+    pw, pc = part["probes"]
+    print(
+        f"| reward probes (apart) | {pw:.2f} | {pc:.2f} | RewardProbeGuard.scan / on_batch: their rounds and the "
+        f"per-row verdict columns; {probe_share:.2%} of the run's elapsed time by their own clock ({rounds}) |"
+    )
+    rw, rc = part["rl_guards reward functions"]
+    print(f"| rl_guards reward functions (apart) | {rw:.2f} | {rc:.2f} | StrayThinkPenalty: a reward the run chose |")
+    gw, gcpu = part["gc"]
+    gc_off = timer.per_step("gc", off_steps)
+    print(
+        f"| garbage collection (inside any part) | {gw:.2f} | {gcpu:.2f} | the collector's pauses on a guarded step "
+        f"({gc_off[0]:.2f} ms on an unguarded one): wherever an allocation trips it, mostly after the probes' |"
+    )
+    print()
+    print("Inside the hook, per guarded step (mean over the steps with guards on):\n")
     print("| hook | wall ms per step | CPU ms per step | calls |")
     print("|---|---:|---:|---:|")
-    for label in sorted(batch_hooks, key=lambda k: -batch_hooks[k]):
+    n_on = sum(1 for arm in arms[: len(callback.times)] if arm) or 1
+    batch_hooks = {k: v for k, v in timer.ms.items() if not k.endswith("on_train_begin")}
+    summed_hooks = sum(v for k, v in batch_hooks.items() if not k.endswith(".scan"))  # the scans: in the assembly
+    labels = {"engine.assemble": "engine.assemble (the shell, base numbers, gather; less the scans)"}
+    for name in ("ms", "cpu_ms"):  # the guards' scans run inside Assembly.prepare: each on its own row
+        values = getattr(timer, name)
+        values["engine.assemble"] -= sum(v for k, v in values.items() if k.endswith(".scan"))
+    for label in sorted(batch_hooks, key=lambda k: (k.startswith("probes."), -timer.ms[k])):
         print(
-            f"| {label} | {batch_hooks[label] / on_steps:.2f} | {timer.cpu_ms[label] / on_steps:.2f} "
+            f"| {labels.get(label, label)} | {timer.ms[label] / n_on:.2f} | {timer.cpu_ms[label] / n_on:.2f} "
             f"| {timer.calls[label]} |"
         )
     once = {k.split(".")[0]: v for k, v in timer.ms.items() if k.endswith("on_train_begin") and v >= 0.05}
@@ -328,8 +547,19 @@ def section_step(pairs: int, seed: int, warmup: int = 4, batch: int = 8, max_new
         "ci": (rom_lo, rom_hi),
         "guard_ms_per_step": guard_ms_per_step,
         "guard_cpu_ms_per_step": guard_cpu_per_step,
+        "hook_ms_per_step": part["hook"][0],
+        "hook_cpu_ms_per_step": part["hook"][1],
+        "parts": {name: list(v) for name, v in {**own_parts, "probes": part["probes"], "gc": part["gc"]}.items()},
+        "probe_ms_per_step": pw,
+        "probe_cpu_ms_per_step": pc,
+        "probe_share": probe_share,
+        "probe_rounds": rounds,
         "cpu_ratio_of_means": ratio_of_means(pair_cpu),
-        "off_median_ms": statistics.median(off_ms),
+        "off_median_ms": off_median,
+        "off_median_cpu_ms": statistics.median(cpu_off),
+        # as this section summed it up to ab22f5f: every guard's per-batch hook, local_rows and the assembly with
+        # the guards' scans in it (the probes' included), per step with guards on
+        "summed_hooks_ms_per_step": summed_hooks / n_on,
     }
 
 

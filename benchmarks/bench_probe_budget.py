@@ -94,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"reward {delay * 1000:g} ms per call, {r['steps']} steps: probes {r['probe_s']} s of {r['wall_s']} s = "
             f"{r['share_end']:.2%} of the run (largest after any step {r['share_max']:.2%}; budget 2%); "
-            f"{r['rounds']} round(s) ({r['aborted']} stopped before a pass) at step(s) {r['round_steps']}, "
+            f"{r['rounds']} round(s) at step(s) {r['round_steps']} (and {r['aborted']} stopped by the budget before "
+            "a row finished), "
             f"texts per round {r['texts']}; probe findings "
             f"{r['findings'] or 'none'}"
         )

@@ -13,8 +13,10 @@ Reported per iteration (medians over the counted iterations):
   the end-to-end figure, noisy on a shared machine;
 - rl_guards' own time on the loop's critical path, measured inside the run (``TinkerRun.hook_seconds``: the dataset
   and group hooks, the batch's decision, the check of the datums sent), as a share of the guarded iteration: the
-  precise figure. The goal is <= 1 %. Dumps are built and written on rl_guards' background writer thread, off the
-  loop's critical path (only their hand-off is counted).
+  precise figure. The goal is <= 1 % for the guards; the reward probes (on by default, stepping the envs on
+  variants of real completions) have a budget of their own, ``probes.budget`` (2 % of the run's time), and their
+  seconds are shown apart. Dumps are built and written on rl_guards' background writer thread, off the loop's
+  critical path (only their hand-off is counted).
 
 Run: ``.venv/bin/python benchmarks/bench_tinker.py [--pairs 2] [--iterations 3] [--groups 8] [--group_size 8]
 [--max_tokens 256]`` (prints a table; skips when tinker / tinker-cookbook are not installed).
@@ -87,7 +89,15 @@ def _run(args: argparse.Namespace, guarded: bool, model: str, folder: Path) -> d
         out["hook"] = [run.hook_seconds.get(r["step"], 0.0) for r in rows]
         out["findings"] = sorted({f"{f.guard}/{f.kind}" for f in run.findings})
         out["dumps"] = len(list((log_path / "rl_guards").glob("step_*.parquet")))
+        probes = run.guard("probes")  # its seconds are in hook_seconds too (it runs in the batch's decision)
+        out["probes"] = (probes.spent, probes.elapsed, probes.rounds)
     return out
+
+
+def share_budget() -> float:
+    from rl_guards.config import ProbesConfig
+
+    return ProbesConfig().budget
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,6 +153,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{min(hook) * 1000:.1f} | {max(hook) * 1000:.1f} |")  # fmt: skip
     print(f"| its share of the guarded iteration (goal <= 1 %) | {statistics.median(share) * 100:.2f} % | "
           f"{min(share) * 100:.2f} | {max(share) * 100:.2f} |")  # fmt: skip
+    spent = sum(r["probes"][0] for r in results["guarded"])
+    elapsed = sum(r["probes"][1] for r in results["guarded"])
+    rounds = sum(r["probes"][2] for r in results["guarded"])
+    print(f"| of which the reward probes, whole runs (budget {share_budget():.0%}) | {spent:.2f} s in {rounds} "
+          f"round(s) | {spent / max(elapsed, 1e-9) * 100:.2f} % of the runs' time | |")  # fmt: skip
     print()
     print(f"Dumps written off the critical path (background writer): {dumps}; findings in the guarded runs: "
           f"{', '.join(findings) or 'none'} (every completion is cut at max_tokens here, by design).")  # fmt: skip

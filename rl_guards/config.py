@@ -208,12 +208,16 @@ class TruncationConfig(GuardConfig):
     max_rate: float = 0.1  # warn/raise when a task's truncated share is, beyond sampling noise, above this
     window: int = 8  # recent batches per task whose rows the share is measured over
     min_rows: int = 32  # rows of a task in the window before its share is judged
+    # prompts whose completions were all cut are judged from the first batch: reported when that many are this
+    # unlikely (binomial p-value) at a share of max_rate (4 of 4 prompts at max_rate 0.1: 1e-4)
+    early_alpha: float = 0.001
 
     def validate(self, prefix: str) -> None:
         super().validate(prefix)
         _check_fraction(prefix, "max_rate", self.max_rate)
         _check_positive(prefix, "window", self.window)
         _check_positive(prefix, "min_rows", self.min_rows)
+        _check_fraction(prefix, "early_alpha", self.early_alpha)
 
 
 @dataclass
@@ -348,6 +352,22 @@ class RewardErrorsConfig(GuardConfig):
 
 
 @dataclass
+class UnpaidRewardsConfig(GuardConfig):
+    """A reward function that gives one score on every row of a task (below what it pays a right answer) while the
+    task's total moves: the run never gets it."""
+
+    window: int = 8  # recent train batches of a task whose rows a function is judged over
+    min_groups: int = 8  # groups (prompts) of the task it scored over the window before it is judged
+    min_steps: int = 2  # batches of the window in which it scored the task
+    probe_rows: int = 2  # rows per task and rank the function is asked to score right answers on (once per episode)
+
+    def validate(self, prefix: str) -> None:
+        super().validate(prefix)
+        for name in ("window", "min_groups", "min_steps", "probe_rows"):
+            _check_positive(prefix, name, getattr(self, name))
+
+
+@dataclass
 class MetricsConfig(_Checked):
     """How much rl_guards logs: ``default`` is a small set, quiet when healthy (:mod:`rl_guards.core.metric_set`);
     ``full`` logs every metric of every guard. ``metrics: full`` in YAML is short for ``metrics: {level: full}``."""
@@ -419,6 +439,7 @@ class GuardsConfig:
     reward_sanity: RewardSanityConfig = field(default_factory=RewardSanityConfig)
     probes: ProbesConfig = field(default_factory=ProbesConfig)
     reward_errors: RewardErrorsConfig = field(default_factory=RewardErrorsConfig)
+    unpaid_rewards: UnpaidRewardsConfig = field(default_factory=UnpaidRewardsConfig)
     drift: DriftConfig = field(default_factory=DriftConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)

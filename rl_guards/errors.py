@@ -78,5 +78,10 @@ class RewardFunctionError(GuardError):
     """A reward function raised on some rows (the rows are shown)."""
 
 
+class UnpaidRewardError(GuardError):
+    """A reward function gives one score on every row of a task, below what it pays a right answer, while the
+    task's total still moves: the run never gets that reward."""
+
+
 class DriftError(GuardError):
     """Reward rose while behaviour on fixed probe prompts drifted beyond its thresholds."""

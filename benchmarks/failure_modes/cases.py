@@ -1098,14 +1098,18 @@ def reasoning_words_capped(completions: list[Any], **kwargs: Any) -> list[float 
 reasoning_words_bonus.__name__ = reasoning_words_capped.__name__ = "informativeness"
 
 
+_FORMAT_ELEMENT = re.compile(r"</think>|<answer>|\\boxed\{")
+
+
 def format_elements_bonus(completions: list[Any], **kwargs: Any) -> list[float | None]:
-    """0.3 per answer container (<answer> tag, \\boxed{}), uncapped: repeating the format pays."""
-    return [0.3 * len(re.findall(r"<answer>|\\boxed\{", _text(c))) for c in completions]
+    """0.3 per format element (a closed think block, an <answer> tag, \\boxed{}), uncapped: repeating them pays."""
+    return [0.3 * len(_FORMAT_ELEMENT.findall(_text(c))) for c in completions]
 
 
 def format_once(completions: list[Any], **kwargs: Any) -> list[float | None]:
-    """Clean twin: 0.3 when the answer sits in exactly one container (a format reward that pays it once)."""
-    return [0.3 if len(re.findall(r"<answer>|\\boxed\{", _text(c))) == 1 else 0.0 for c in completions]
+    """Clean twin: 0.3 when the completion has the format at all (paid once; the policy's closed think blocks earn
+    it, so it is no reward the run never pays)."""
+    return [0.3 if _FORMAT_ELEMENT.search(_text(c)) else 0.0 for c in completions]
 
 
 format_elements_bonus.__name__ = format_once.__name__ = "format"
@@ -1181,9 +1185,209 @@ CASES += [
     Case(
         "shaping_format_repeated",
         "a format element paid each time it is repeated",
-        "0.3 per <answer> tag or \\boxed{}, uncapped (clean: 0.3 for exactly one: the format paid once)",
+        "0.3 per </think>, <answer> tag or \\boxed{}, uncapped (clean: 0.3 when there is one at all: paid once)",
         _shaping(format_elements_bonus, format_once),
         expect=(("probes", "hackable:format"),),
         tags=("grpo", "probes", "class:3"),
+    ),
+]
+
+
+# ----- issue 40: recall in short runs and small datasets (classes 1, 4, 5), tags "issue:40", "class:<n>" -----------
+
+
+def _one_task_thinks(planted: bool, workdir: Path) -> GrpoSpec:
+    # A two-step debug run: arith rows think (a block of 6 tokens or more), echo rows do not (~3 tokens); the planted
+    # cap (5) cuts every arith completion and few echo ones. No length probe (a debug run has none): the truncation
+    # guard is the only one that can tell, and with ~16 arith rows in the run (8 prompts of 2) the window's 32 rows
+    # never come.
+    from rl_guards.trl.thinking_mix import honour_thinking_column
+
+    data = dataset().map(lambda row: {"enable_thinking": row["task"] == "arith"})
+    return GrpoSpec(
+        reward_funcs=routed_rewards(),
+        dataset=data,
+        args={
+            "max_steps": 2,
+            "per_device_train_batch_size": 16,
+            "num_generations": 2,
+            "max_completion_length": 5 if planted else 48,
+        },
+        guards={"preflight": {"length_probe": None}},
+        before_install=honour_thinking_column,
+    )
+
+
+def _small_constant_task(planted: bool, workdir: Path) -> GrpoSpec:
+    # 24 rows (a debug subset), labels in 'source' in both runs; the planted 'task' says 'default' on every row
+    from rl_guards.testing import make_dataset
+
+    data = make_dataset(12, thinking=True)
+    data = data.add_column("source", list(data["task"]))
+    if planted:
+        data = data.remove_columns("task").add_column("task", ["default"] * len(data))
+    return GrpoSpec(reward_funcs=[judge_final_answer], dataset=data, args={"max_steps": 1})
+
+
+def _boxed_value(text: str) -> str | None:
+    found = re.findall(r"\\boxed\{([^}]*)\}", text)
+    return found[-1].strip() if found else None
+
+
+def accuracy_boxed_only(completions: list[Any], solution: list[str], **kwargs: Any) -> list[float | None]:
+    """open-r1-style accuracy: the completion's \\boxed{} against the solution's; nothing else is parsed."""
+    return [
+        1.0 if (got := _boxed_value(_text(c))) is not None and got == _boxed_value(s) else 0.0
+        for c, s in zip(completions, solution, strict=True)
+    ]
+
+
+accuracy_boxed_only.__name__ = "accuracy_reward"
+
+
+def accuracy_boxed_or_bare(completions: list[Any], solution: list[str], **kwargs: Any) -> list[float | None]:
+    """The same grader reading a bare final answer too (the form the policy writes)."""
+    from rl_guards.testing.rewards import final_answer
+
+    out: list[float | None] = []
+    for c, s in zip(completions, solution, strict=True):
+        text = final_answer(_text(c)).strip()
+        got = _boxed_value(text) or text.rstrip(".")
+        out.append(1.0 if got == _boxed_value(s) else 0.0)
+    return out
+
+
+accuracy_boxed_or_bare.__name__ = "accuracy_reward"
+
+
+def tag_count_reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
+    """open-r1's tag count: 0.25 for each of <think>, </think>, <answer>, </answer> written once."""
+    out: list[float | None] = []
+    for c in completions:
+        text = _text(c)
+        out.append(
+            0.25 * (text.count("<think>\n") == 1)
+            + 0.25 * (text.count("\n</think>\n") == 1)
+            + 0.25 * (text.count("\n<answer>\n") == 1)
+            + 0.25 * (text.count("\n</answer>") == 1)
+        )
+    return out
+
+
+def exact_solution(completions: list[Any], solution: list[str], **kwargs: Any) -> list[float | None]:
+    """Exact match of the final answer against the raw 'solution' string ('$7$'), never its value."""
+    from rl_guards.testing.rewards import final_answer
+
+    return [float(final_answer(_text(c)).strip() == str(s).strip()) for c, s in zip(completions, solution, strict=True)]
+
+
+exact_solution.__name__ = "exact_match"
+
+
+def exact_answer(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float | None]:
+    """The same match against the bare 'answer' column."""
+    from rl_guards.testing.rewards import final_answer
+
+    return [float(final_answer(_text(c)).strip() == str(a).strip()) for c, a in zip(completions, answer, strict=True)]
+
+
+exact_answer.__name__ = "exact_match"
+
+
+def r1_format_reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
+    """open-r1's format reward: <think>...</think> then <answer>...</answer>, each on lines of their own."""
+    pattern = r"^<think>\n.*?\n</think>\n<answer>\n.*?\n</answer>$"
+    return [1.0 if re.match(pattern, _text(c), re.DOTALL | re.MULTILINE) else 0.0 for c in completions]
+
+
+r1_format_reward.__name__ = "format_reward"
+
+
+def think_format_reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
+    """TRL's think format reward: one closed think block at the start (the form the policy writes)."""
+    pattern = r"^<think>(?!.*<think>)(.*?)</think>.*$"
+    return [1.0 if re.match(pattern, _text(c), re.DOTALL | re.MULTILINE) else 0.0 for c in completions]
+
+
+think_format_reward.__name__ = "format_reward"
+
+
+def _math_with_solutions(solution: str) -> Any:
+    """The arithmetic rows (thinking), with a 'solution' column: ``solution`` formatted with the answer."""
+    from rl_guards.testing import make_dataset
+
+    data = make_dataset(2 * N_PER_TASK, tasks=("arith",), thinking=True)
+    return data.map(lambda row: {"solution": solution.format(row["answer"])})
+
+
+def _never_paid_boxed(planted: bool, workdir: Path) -> GrpoSpec:
+    return GrpoSpec(
+        reward_funcs=[accuracy_boxed_only if planted else accuracy_boxed_or_bare, tag_count_reward],
+        dataset=_math_with_solutions("\\boxed{{{}}}"),
+    )
+
+
+def _never_paid_raw_column(planted: bool, workdir: Path) -> GrpoSpec:
+    from rl_guards.testing.rewards import length_penalty
+
+    return GrpoSpec(
+        reward_funcs=[exact_solution if planted else exact_answer, length_penalty],
+        dataset=_math_with_solutions("${}$"),
+    )
+
+
+def _never_paid_format(planted: bool, workdir: Path) -> GrpoSpec:
+    return GrpoSpec(
+        reward_funcs=[exact_answer, r1_format_reward if planted else think_format_reward],
+        dataset=_math_with_solutions("${}$"),
+    )
+
+
+CASES += [
+    Case(
+        "truncated_task_short_run",
+        "a task cut at the cap in every row of a short run",
+        "two-step run (no length probe); arith rows think, echo rows do not; max_completion_length=5 cuts every "
+        "arith completion (clean: 48)",
+        _one_task_thinks,
+        expect=(("truncation", "truncation_rate"),),
+        note="~16 arith rows in the run, below truncation.min_rows=32: caught by the prompts cut whole",
+        tags=("grpo", "issue:40", "class:1"),
+    ),
+    Case(
+        "task_column_constant_small",
+        "per-task curves collapsed on a debug dataset of tens of rows",
+        "'task' is 'default' on all 24 rows while 'source' holds the two tasks (clean: 'task' holds them too)",
+        _small_constant_task,
+        expect=(("tasks", "task_column_constant"),),
+        note="24 rows < 64: judged by the prompts telling the 'source' values apart",
+        tags=("grpo", "issue:40", "class:4"),
+    ),
+    Case(
+        "reward_never_paid_boxed",
+        "a correctness reward that never pays while format terms move the total",
+        "accuracy_reward reads only \\boxed{} (open-r1's parse) while the policy answers bare numbers, beside "
+        "open-r1's tag count (clean: the grader reads a bare final answer too)",
+        _never_paid_boxed,
+        expect=(("unpaid_rewards", "unpaid:accuracy_reward"),),
+        tags=("grpo", "issue:40", "class:5"),
+    ),
+    Case(
+        "reward_never_paid_raw_column",
+        "a correctness reward compared against the raw solution string",
+        "exact_match compares the final answer with 'solution' ('$7$') while the policy writes '7', beside a length "
+        "penalty (clean: against the bare 'answer' column)",
+        _never_paid_raw_column,
+        expect=(("unpaid_rewards", "unpaid:exact_match"),),
+        tags=("grpo", "issue:40", "class:5"),
+    ),
+    Case(
+        "format_never_paid",
+        "a format reward stuck at 0 (the recipe's format never written)",
+        "open-r1's format_reward (<think> then <answer> tags) next to a correctness reward that varies (clean: TRL's "
+        "think_format_reward, which the policy's think blocks meet)",
+        _never_paid_format,
+        expect=(("unpaid_rewards", "unpaid:format_reward"),),
+        tags=("grpo", "issue:40", "class:5"),
     ),
 ]

@@ -52,6 +52,7 @@ WHEN_NONZERO: frozenset[str] = frozenset(
         "probes/findings",
         "drift/alarms",
         "reward_errors/rows",
+        "unpaid_rewards/unpaid",
     }
 )
 WHEN_NONZERO_SUFFIXES: tuple[str, ...] = ("/violations", "/internal_errors")
@@ -59,7 +60,7 @@ WHEN_NONZERO_SUFFIXES: tuple[str, ...] = ("/violations", "/internal_errors")
 BUILTIN_GUARDS: frozenset[str] = frozenset(
     {"masking", "think_tags", "stray_think_penalty", "template", "tasks", "routing", "dead_groups", "truncation",
      "slicing", "rollouts", "preflight", "reward_sanity", "blind_judge", "probes", "reward_errors", "drift", "hook",
-     "groups"}
+     "groups", "unpaid_rewards"}
 )  # fmt: skip
 BUILTIN_TASK_METRICS: frozenset[str] = frozenset(
     {"reward_mean", "reward_std", "completion_length", "rows", "groups", "dead_group_share", "dead_all_pass",

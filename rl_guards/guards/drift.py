@@ -207,6 +207,14 @@ class DriftGuard(Guard):
             why = str(out["error"])
             self._say_failed(step, why, report, cause=str(out.get("cause") or generation_cause(why)))
             return None
+        for name, why in dict(out.get("stalled") or {}).items():
+            report.notice(
+                f"stalled:{name}",
+                f"step {step}: reward function {name} ran past its deadline on drift's probe completions ({why}). "
+                "Its probe scores are None (drift's reward statistics leave it out) and the reward probes skip it "
+                "from now on; training calls it as before. Fix: give the function a timeout of its own (a judge "
+                "API's), or raise probes.call_timeout if it is only slow.",
+            )
         group = int(out["group_size"])
         names = list(out["reward_names"])
         width = 2 + len(ROW_FIELDS) + 2 + len(names)  # ok, probe index, row stats, distinct, total, rewards

@@ -66,12 +66,21 @@ def message(guard: Any, batch: RolloutBatch, found: list[int], tried: list[int],
     )
 
 
-def cover(coverage: dict[str, Any], batch: RolloutBatch, probed: list[int], feats: dict[str, Any]) -> dict[str, Any]:
+def cover(
+    coverage: dict[str, Any],
+    batch: RolloutBatch,
+    probed: list[int],
+    feats: dict[str, Any],
+    usable: set[int] | None = None,
+) -> dict[str, Any]:
     """What the probes covered: per function, rows scored per task, tasks it raised or stalled on, tasks it
-    returned None on (not its task)."""
+    returned None on (not its task); a column the driver has no caller for (``usable``) is only named."""
     cov = coverage or {"steps": [], "functions": {}}
     cov["steps"].append(batch.step)
     for fn, fname in enumerate(batch.reward_names):
+        if usable is not None and fn not in usable:
+            cov["functions"].setdefault(fname, {"rows": {}, "failed": [], "not_its_task": []})
+            continue
         masks = [int(v) for v in feats.get(f"fn{fn}", [0.0] * len(batch))]
         entry = cov["functions"].setdefault(fname, {"rows": {}, "failed": [], "not_its_task": []})
         for r in probed:
@@ -95,7 +104,7 @@ def summary(guard: Any) -> str:
         f"run's time on this rank (budget {guard.config.budget:.0%})"
     ]
     if getattr(guard, "aborted", 0):
-        lines[0] += f"; {guard.aborted} round(s) stopped before their first pass (over the budget)"
+        lines[0] += f"; {guard.aborted} round(s) stopped by the budget before a row finished"
     if not guard.coverage:
         return lines[0] + "; nothing probed yet"
     lines[0] += f", at step(s) {', '.join(str(s) for s in guard.coverage['steps'])}"

@@ -17,7 +17,7 @@ from rl_guards.chat.markup import markup_from_config
 from rl_guards.config import ProbesConfig
 from rl_guards.core.batch import RolloutBatch
 from rl_guards.core.probing.calls import RAISED, STALLED, FunctionPlan
-from rl_guards.core.probing.procedure import RowView
+from rl_guards.core.probing.procedure import RowView, noting_latent_cuts
 from rl_guards.core.probing.runner import ScoreFailed, run_rows
 from rl_guards.core.probing.tally import Tally, decode, encode, findings_of
 from rl_guards.core.probing.variants import FALLBACK
@@ -30,7 +30,13 @@ from rl_guards.rewards.slicing import drain_watched
 
 LATER_ROWS = 4  # rows per task of a probe after the first (a verdict needs 3 of them, from 2 groups)
 TEXTS_PER_ROW = 120  # texts a function scores per probed row (both passes), for the cost estimate
-PASSES = 4  # calls a function gets in a probe (two passes, a narrowing or a stability check), for the estimate
+SPARE = 1.5  # estimates are taken this much above the calls timed (texts per pass vary, a loaded machine is slower)
+PREP = 0.003  # seconds to build a row's variants, until measured
+PASSES = 3  # calls a function gets in a probe (two passes, then a narrowing or a stability check), for the estimate
+
+
+def _no_scores(fn: int, items: Any, alone: bool) -> list[float | None]:
+    raise AssertionError("not called: the pass is refused")  # run_rows only builds the rows' variants here
 
 
 class RewardProbeGuard(Guard):
@@ -68,8 +74,9 @@ class RewardProbeGuard(Guard):
         super().__init__(config)
         self.config: ProbesConfig
         self.rounds = 0
-        self.aborted = 0  # rounds stopped before their first pass (the budget did not reach it)
+        self.aborted = 0  # rounds the budget stopped before any row finished (no verdict: not counted in rounds)
         self._prep = 0.0  # seconds to build one row's variants (the most seen)
+        self._row_cost = 0.0  # seconds a row of the last whole round cost, all in
         self.last_step = -1
         self.spent = 0.0  # seconds spent probing (this rank)
         self.elapsed = 0.0  # seconds of the run seen (this rank), probes included
@@ -124,28 +131,12 @@ class RewardProbeGuard(Guard):
     def _probe(self, batch: RolloutBatch, held: list[int], functions: list[tuple[int, str]]) -> dict[int, Any]:
         calls = self.ctx.checked_calls
         start = time.perf_counter()
-        self._calibrate(batch, held, functions)
-        # a probe's cost: a few calls per function (its passes) and each row's texts in them
-        fixed = sum(PASSES * calls.per_call(i)[0] for i, _ in functions)
-        per_row = sum(TEXTS_PER_ROW * calls.per_call(i)[1] for i, _ in functions)
-        tasks = len({str(batch.tasks[r]) for r in held})
-        per_row += self._prep  # building a row's variants (learned from the rounds before)
-        room = max(self._allowance() - (time.perf_counter() - start) - fixed, 0.0)
-        fits = int(room / per_row) // tasks if per_row > 0 else self.config.rows
-        limit = min(self.config.rows, LATER_ROWS if self.rounds else self.config.rows, fits)
-        rows = self._rows_to_probe(batch, held, limit)
-        if len(rows) < min(3, len(held)):
-            self.spent += time.perf_counter() - start
-            return {}  # not within the budget yet
+        self._calibrate(batch, held, functions, start)
         reference = probe_views.reference_column(
             list(batch.columns), [self.ctx.reward_funcs[i] for i, _ in functions],
             self.guards_config.reward_sanity.reference_column,
         )  # fmt: skip
-        call_rows = probe_views.call_rows(batch, rows, reference)
         markup = markup_from_config(self.guards_config.think_tags, self.ctx.template_text)
-        prepared = time.perf_counter()
-        views = probe_views.views(batch, rows, call_rows, markup, [i for i, _ in functions])
-        self._prep = max(self._prep, (time.perf_counter() - prepared) / len(rows))
         plans = [
             FunctionPlan(
                 i, name, float(batch.reward_weights[i]) if i < len(batch.reward_weights) else 1.0,
@@ -154,6 +145,25 @@ class RewardProbeGuard(Guard):
             )
             for i, name in functions
         ]  # fmt: skip
+
+        def prepare(rows: list[int]) -> tuple[dict[int, Any], list[RowView]]:
+            found = probe_views.call_rows(batch, rows, reference)
+            return found, probe_views.views(batch, rows, found, markup, [i for i, _ in functions])
+
+        if not self._prep:  # what building a row's variants costs here, timed on one row before any is promised
+            began = time.perf_counter()
+            run_rows(prepare(held[:1])[1], plans, _no_scores, may_continue=lambda pending: False)
+            self._prep = time.perf_counter() - began
+        fixed, per_row = self._round_cost(functions)
+        tasks = len({str(batch.tasks[r]) for r in held})
+        room = max(self._allowance() - (time.perf_counter() - start) - fixed, 0.0)
+        fits = int(room / per_row) // tasks if per_row > 0 else self.config.rows
+        limit = min(self.config.rows, LATER_ROWS if self.rounds else self.config.rows, fits)
+        rows = self._rows_to_probe(batch, held, limit)
+        if len(rows) < min(3, len(held)):
+            self.spent += time.perf_counter() - start
+            return {}  # not within the budget yet
+        call_rows, views = prepare(rows)
 
         def score(fn: int, items: Any, alone: bool) -> list[float | None]:
             try:
@@ -167,8 +177,8 @@ class RewardProbeGuard(Guard):
 
         def may_continue(pending: Any) -> bool:  # a pass that would go past the budget is not started
             spent = time.perf_counter() - start
-            expected = sum(calls.expected(c.fn, len(c.texts)) for c in pending)
-            go = spent + expected <= max(self._allowance(), 0.0)
+            expected = self._pass_cost(pending)
+            go = spent + SPARE * expected <= max(self._allowance(), 0.0)  # room for a slower pass than timed
             passes[0] += go
             return go
 
@@ -177,26 +187,51 @@ class RewardProbeGuard(Guard):
         drain_watched()  # texts a watch_inputs judge saw during the probe are not the run's
         self.spent += time.perf_counter() - start
         self.last_step = batch.step
-        if not passes[0]:
-            self.aborted += 1  # its first pass did not fit the budget after all: the next due batch tries again
+        if not passes[0] or all(r is None for r in done):
+            self.aborted += 1  # the budget stopped it before any row finished: the next due batch tries again
             return {}
         self.rounds += 1
         self.texts.append(sum(r.texts for r in done if r is not None))
-        results = {int(r.view.key): r for r in done if r is not None}
+        if all(r is not None for r in done):  # a whole round: what a row cost, all in (the next round's estimate)
+            self._row_cost = (time.perf_counter() - start) / len(rows)
+        results = {int(r.view.key): noting_latent_cuts(r) for r in done if r is not None}
         self.tasks_probed |= {str(batch.tasks[r]) for r in results}
         for r in results.values():
             self._learn(r, plans)
         return results
 
-    def _calibrate(self, batch: RolloutBatch, held: list[int], functions: list[tuple[int, str]]) -> None:
+    def _pass_cost(self, pending: list[Any]) -> float:
+        """Expected seconds of a pass: one merged call per function over its texts, each ``alone`` call its own."""
+        calls = self.ctx.checked_calls
+        merged: dict[int, int] = {}
+        cost = 0.0
+        for call in pending:
+            if call.alone:
+                cost += calls.expected(call.fn, len(call.texts))
+            else:
+                merged[call.fn] = merged.get(call.fn, 0) + len(call.texts)
+        return cost + sum(calls.expected(fn, n) for fn, n in merged.items())
+
+    def _round_cost(self, functions: list[tuple[int, str]]) -> tuple[float, float]:
+        """(seconds, seconds a row) a round is expected to cost: the last whole round's cost a row once there was one;
+        before, a few calls per function (its passes) and each row's texts in them, with room to spare."""
+        if self._row_cost:
+            return 0.0, self._row_cost
+        calls = self.ctx.checked_calls
+        fixed = sum(PASSES * calls.per_call(i)[0] for i, _ in functions)
+        per_row = sum(TEXTS_PER_ROW * calls.per_call(i)[1] for i, _ in functions) + (self._prep or PREP)
+        return SPARE * fixed, SPARE * per_row
+
+    def _calibrate(self, batch: RolloutBatch, held: list[int], functions: list[tuple[int, str]], start: float) -> None:
         """Time one call of a single text for each function timed at one call size only (the run's batches): what
         a call costs apart from its texts (a judge's round trip) decides how many rows a probe can take. Only when
         the budget has room for such a call; it is a probe call like any other (bounded, its time counted)."""
         calls = self.ctx.checked_calls
         for index, _ in functions:
             timer = calls.timer(index)
-            if timer.sizes_seen != 1 or calls.expected(index, 1) > self._allowance():
-                continue
+            seen = timer.samples[-1][0] if timer.samples else 1
+            if timer.sizes_seen != 1 or calls.expected(index, seen) > self._allowance() - (time.perf_counter() - start):
+                continue  # a single text may cost as much as the run's calls: only when that fits
             rows = probe_views.call_rows(batch, held[:1], None)
             try:
                 calls(index, [rows[held[0]]], [probe_views.prompt_text(batch.completions[held[0]]) or " "])
@@ -246,21 +281,23 @@ class RewardProbeGuard(Guard):
         tally = Tally()
         functions = range(len(batch.reward_names))
         for fn in functions:
-            masks = [int(v) for v in feats.get(f"fn{fn}", [])]
+            masks = [int(v) for v in feats.get(f"fn{fn}", [0.0] * len(batch))]  # a column it has no caller for
             for r in probed:
                 tally.add_mask(r, batch.group_of(r), fn, masks[r])
                 if decode(masks[r], STALLED)[0]:
                     probe_report.stalled(self, batch, report, fn, r)
         total = 0
         for verdict in tally.verdicts(list(functions)):
-            total += 1
             fname, probe = batch.reward_names[verdict.fn], verdict.probe
-            message = probe_report.message(self, batch, list(verdict.found), list(verdict.tried), fname, verdict.key)
             if probe == FALLBACK:  # the thinking graded only where the answer has none it reads: not an alarm
                 continue
+            total += 1
+            message = probe_report.message(self, batch, list(verdict.found), list(verdict.tried), fname, verdict.key)
             report.violation(f"{KINDS[probe]}:{fname}", message, RewardProbeError, rows=[verdict.found[0]])
         report.metric("findings", float(total))
-        self.coverage = probe_report.cover(self.coverage, batch, probed, feats)
+        calls = getattr(self.ctx, "checked_calls", None)
+        usable = {fn for fn in functions if calls is not None and (calls.usable(fn) or fn in calls.stalled)}
+        self.coverage = probe_report.cover(self.coverage, batch, probed, feats, usable)
 
     def summary_text(self) -> str:
         """What the probes covered (functions x tasks x rows), what they could not and why, and their cost."""

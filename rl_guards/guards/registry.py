@@ -5,9 +5,9 @@ then the batch guards; the rollout recorder runs last so its dump carries what t
 The contract tests run over every entry of both lists.
 
 ``BATCH_GUARDS``: :func:`rl_guards.install` (TRL). ``TINKER_GUARDS``: :mod:`rl_guards.tinker` (tinker-cookbook
-loops): the masking concept checks the datums the loop trains on, prompts render through the run's renderer, and
-what needs TRL's own calling code (preflight of a GRPOConfig, reward-function wrappers, probes, drift generation)
-is not in it.
+loops): the masking concept checks the datums the loop trains on, prompts render through the run's renderer, the
+reward probes step each row's env (:mod:`rl_guards.reward_calls.tinker`), and what needs TRL's own calling code
+(preflight of a GRPOConfig, reward-function wrappers, drift generation) is not in it.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from rl_guards.guards.task_rewards import TaskRewardMonitor
 from rl_guards.guards.template import DoubleThinkGuard
 from rl_guards.guards.think_tags import ThinkTagsGuard
 from rl_guards.guards.truncation import TruncationGuard
+from rl_guards.guards.unpaid_rewards import UnpaidRewardGuard
 
 BATCH_GUARDS: list[type[Guard]] = [
     PreflightGuard,
@@ -39,6 +40,7 @@ BATCH_GUARDS: list[type[Guard]] = [
     TaskRewardMonitor,
     RoutingGuard,
     DeadGroupGuard,
+    UnpaidRewardGuard,
     TruncationGuard,
     SlicingGuard,
     RewardProbeGuard,
@@ -49,11 +51,14 @@ BATCH_GUARDS: list[type[Guard]] = [
 
 TINKER_GUARDS: list[type[Guard]] = [
     DoubleThinkGuard,
+    RewardSanityGuard,  # on the first batch's env graders (envs are built per batch: no rows at start)
     DatumMaskGuard,
     TaskRewardMonitor,
     GroupIntegrityGuard,
     DeadGroupGuard,
+    UnpaidRewardGuard,
     TruncationGuard,
+    RewardProbeGuard,
     ThinkTagsGuard,
     RolloutRecorder,
 ]

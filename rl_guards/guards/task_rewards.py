@@ -5,20 +5,26 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from rl_guards.core.batch import RolloutBatch
-from rl_guards.core.task_labels import constant_task_column, not_task_column, task_column_candidates, task_like_name
+from rl_guards.core.task_labels import (
+    MIN_ROWS_NEARLY,
+    constant_task_column,
+    not_task_column,
+    task_column_candidates,
+    task_like_name,
+)
 from rl_guards.core.task_stats import task_stats
 from rl_guards.guards.base import Guard, Reporter
 
 SAMPLE_ROWS = 2000  # dataset rows read at train start to name task-like columns (spread over the dataset)
 
 
-def _sample_rows(dataset: Any, limit: int, keep: str) -> list[dict[str, Any]] | None:
+def _sample_rows(dataset: Any, limit: int, keep: tuple[str, ...]) -> list[dict[str, Any]] | None:
     """Up to ``limit`` rows spread evenly over a sized dataset (a dataset sorted by source shows every source),
     else its first ``limit`` rows; None when it cannot be read here. Only the string columns (and ``keep``) are
     read where the dataset declares its features: task labels are strings, and images or audio cost a decode."""
     try:
         features = getattr(dataset, "features", None) or {}
-        text = [c for c, f in features.items() if c == keep or getattr(f, "dtype", None) in ("string", "large_string")]
+        text = [c for c, f in features.items() if c in keep or getattr(f, "dtype", None) in ("string", "large_string")]
         if features and hasattr(dataset, "select_columns"):
             if not text:
                 return []
@@ -85,7 +91,11 @@ class TaskRewardMonitor(Guard):
         columns = list(getattr(dataset, "column_names", None) or [])
         if not columns:
             return
-        rows = _sample_rows(dataset, SAMPLE_ROWS, self.guards_config.tasks.task_column)
+        # a small dataset's prompts too: with few rows, a constant task column is judged with them (task_labels)
+        keep = (self.guards_config.tasks.task_column,)
+        if 0 < _rows_in(dataset) < MIN_ROWS_NEARLY:
+            keep += ("prompt",)
+        rows = _sample_rows(dataset, SAMPLE_ROWS, keep)
         if not rows:  # a streaming dataset that cannot be read here: nothing to suggest
             return
         config = self.guards_config.tasks

@@ -7,8 +7,9 @@ from typing import Any, ClassVar
 
 from rl_guards.config import TruncationConfig
 from rl_guards.core.batch import RolloutBatch
+from rl_guards.core.evidence import share_lower_bound
 from rl_guards.core.templates import visible_tail
-from rl_guards.core.truncation import share_lower_bound, truncation_by_task
+from rl_guards.core.truncation import all_cut_evidence, truncation_by_task
 from rl_guards.errors import TruncationError
 from rl_guards.guards.base import Guard, Reporter
 
@@ -29,10 +30,18 @@ class TruncationGuard(Guard):
     ``rl_guards/truncation/truncated_rate``     the same over the whole batch
     ==========================================  ==============================================
 
-    Violation ``truncation_rate`` (:class:`~rl_guards.errors.TruncationError`) when a task's share over its last
-    ``truncation.window`` batches (at least ``truncation.min_rows`` rows) is above ``truncation.max_rate`` beyond
-    sampling noise (the 95 % lower bound of the share exceeds it): a truncated row or two in a small batch is not
-    evidence that the cap is too low. The message shows the live lengths and the tails of truncated completions.
+    Violation ``truncation_rate`` (:class:`~rl_guards.errors.TruncationError`) when, over a task's last
+    ``truncation.window`` batches, either test says its share is above ``truncation.max_rate``:
+
+    - **the share**, once the window holds ``truncation.min_rows`` rows: its 95 % lower bound (Wilson) exceeds
+      ``max_rate``, so a truncated row or two in a small batch is not evidence that the cap is too low;
+    - **prompts cut whole**, from the first batch on: the prompts all of whose completions were cut are too many for
+      a share of at most ``max_rate`` (:func:`~rl_guards.core.truncation.all_cut_evidence`: their binomial tail is
+      below ``truncation.early_alpha``). A debug run of a few steps whose task is cut in every row hears of it at
+      once (6 of 6 prompts cut whole: p = 1e-6), while a share that is high but spread over prompts that also
+      finish (19 of 24 rows, one prompt cut whole) waits for the window's rows.
+
+    The message shows the live lengths and the tails of truncated completions.
     """
 
     name: ClassVar[str] = "truncation"
@@ -41,9 +50,10 @@ class TruncationGuard(Guard):
     def __init__(self, config: Any) -> None:
         super().__init__(config)
         self.config: TruncationConfig
-        self.windows: dict[str, deque[tuple[int, int]]] = {}  # "<mode>/<task>" -> recent (rows, truncated)
+        # "<mode>/<task>" -> recent (rows, truncated rows, groups, groups with every completion truncated)
+        self.windows: dict[str, deque[tuple[int, int, int, int]]] = {}
 
-    def _window(self, key: str) -> deque[tuple[int, int]]:
+    def _window(self, key: str) -> deque[tuple[int, int, int, int]]:
         if key not in self.windows:
             self.windows[key] = deque(maxlen=max(1, int(self.config.window)))
         return self.windows[key]
@@ -54,17 +64,23 @@ class TruncationGuard(Guard):
             report.task_metric(task, "truncated_rate", s.rate)
         total = len(batch)
         report.metric("truncated_rate", sum(s.truncated for s in stats.values()) / total if total else 0.0)
-        over: list[tuple[Any, int, int]] = []  # (this batch's stats, window rows, window truncated)
+        over: list[tuple[Any, tuple[int, ...]]] = []  # (this batch's stats, the window's sums)
         for task, s in stats.items():
             window = self._window(f"{batch.mode}/{task}")
-            window.append((s.rows, s.truncated))
-            rows = sum(r for r, _ in window)
-            cut = sum(t for _, t in window)
-            if s.truncated and rows >= self.config.min_rows and share_lower_bound(cut, rows) > self.config.max_rate:
-                over.append((s, rows, cut))
+            window.append((s.rows, s.truncated, s.groups, s.cut_groups))
+            sums = tuple(sum(x[k] for x in window) for k in range(4))
+            if s.truncated and self._too_many(*sums):
+                over.append((s, sums))
         if over:
-            shown = [row for s, _, _ in over for row in s.examples]
+            shown = [row for s, _ in over for row in s.examples]
             report.violation("truncation_rate", lambda: self._message(batch, over), TruncationError, rows=shown)
+
+    def _too_many(self, rows: int, cut: int, groups: int, cut_groups: int) -> bool:
+        """Either test of the class docstring, on a window's sums."""
+        max_rate = self.config.max_rate
+        if rows >= self.config.min_rows and share_lower_bound(cut, rows) > max_rate:
+            return True
+        return cut_groups > 0 and all_cut_evidence(cut_groups, groups, max_rate) < self.config.early_alpha
 
     def state_dict(self) -> dict[str, Any]:
         return {"windows": {key: [list(x) for x in w] for key, w in self.windows.items()}}
@@ -73,10 +89,11 @@ class TruncationGuard(Guard):
         self.windows = {}
         for key, items in dict(state.get("windows") or {}).items():
             window = self._window(str(key))
-            for item in items:
-                window.append((int(item[0]), int(item[1])))
+            for item in items:  # a state saved before the group counts: (rows, truncated) only
+                values = [int(x) for x in item] + [0, 0]
+                window.append((values[0], values[1], values[2], values[3]))
 
-    def _message(self, batch: RolloutBatch, over: list[tuple[Any, int, int]]) -> str:
+    def _message(self, batch: RolloutBatch, over: list[tuple[Any, tuple[int, ...]]]) -> str:
         setting = self.ctx.length_cap_name
         cap = f"{setting}={batch.max_completion_length}" if batch.max_completion_length else "the cap"
         lengths = [int(n) for n in batch.completion_lengths]
@@ -90,10 +107,11 @@ class TruncationGuard(Guard):
             f"completions hit {cap} more often than truncation.max_rate={self.config.max_rate:g} allows, beyond "
             f"sampling noise, at step {batch.step} ({batch.mode}; {finished}):"
         ]
-        for s, rows, cut in over:
+        for s, (rows, cut, groups, cut_groups) in over:
+            whole = f"; {cut_groups} of its {groups} prompts had every completion cut" if cut_groups else ""
             lines.append(
                 f"  task {s.task!r}: {cut}/{rows} truncated over its last {len(self._window(f'{batch.mode}/{s.task}'))}"
-                f" batch(es) ({cut / rows:.0%}; this batch {s.truncated}/{s.rows})"
+                f" batch(es) ({cut / rows:.0%}; this batch {s.truncated}/{s.rows}{whole})"
             )
             for row in s.examples:
                 text = batch.completions[row]

@@ -253,8 +253,14 @@ class Timer:
     def __init__(self) -> None:
         self.samples: list[tuple[int, float]] = []
 
+    KEEP = 32  # samples kept; the oldest of a size seen again goes first, so every size seen keeps its latest
+
     def add(self, texts: int, seconds: float) -> None:
-        self.samples = [*self.samples[-31:], (max(texts, 1), max(seconds, 0.0))]
+        self.samples.append((max(texts, 1), max(seconds, 0.0)))
+        if len(self.samples) > self.KEEP:
+            sizes = [n for n, _ in self.samples]
+            drop = next((i for i, n in enumerate(sizes) if sizes.count(n) > 1), 0)
+            del self.samples[drop]
 
     @property
     def sizes_seen(self) -> int:

@@ -13,6 +13,10 @@ ground_truths=[...], extra_infos=[...])`` and returns a list. A per-source score
 (``gsm8k.compute_score(solution_str, ground_truth)``) is called as ``default_compute_score`` calls it. Every keyword
 is passed, as verl passes it: a ``compute_score`` without an ``extra_info`` parameter (and no ``**kwargs``) raises in
 verl and raises here. Async scorers are awaited.
+
+A row from a verl run (its ``handle`` a :class:`rl_guards.verl.records.VerlScoreCall` whose ``extra_info`` was
+recorded in the reward worker) already holds the extra_info the scorer received, verl's keys set with their values
+(``num_turns`` from the agent loop, the tool fields merged): it is passed as it is, a copy each call.
 """
 
 from __future__ import annotations
@@ -46,6 +50,11 @@ def _extra(row: CallRow) -> Any:
     extra = row.columns.get("extra_info", {})
     extra = {} if extra is None and "extra_info" not in row.columns else copy.deepcopy(extra)
     return extra
+
+
+def _as_received(row: CallRow) -> bool:
+    """The row's extra_info is the one a run's scorer received (a verl run's record): verl's keys are already set."""
+    return bool(getattr(row.handle, "extra_info_recorded", False))
 
 
 class VerlCaller:
@@ -89,8 +98,9 @@ class VerlCaller:
         values = []
         for i, row in enumerate(rows):
             extra = _extra(row)
-            extra["num_turns"] = None  # verl sets both on the row's extra_info (a None extra_info raises there)
-            extra["rollout_reward_scores"] = {}
+            if not _as_received(row):  # verl sets both on the row's extra_info (a None extra_info raises there)
+                extra["num_turns"] = None
+                extra["rollout_reward_scores"] = {}
             values.append(
                 self.fn(
                     data_source=row.columns.get(self.reward_fn_key),

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rl_guards.core.probing.forms import FORMS, admits, final_answer, render, wrong_answers
@@ -41,6 +41,7 @@ class ReferenceRow:
     columns: dict[str, Any]
     right: str
     wrong: str
+    call: CallRow | None = None  # the framework's own call row (a driver's record), used as it is when given
 
 
 @dataclass
@@ -101,6 +102,18 @@ def pick_rows(
     return out
 
 
+def pick_calls(calls: Sequence[tuple[str, CallRow]], per_task: int) -> list[ReferenceRow]:
+    """:func:`pick_rows` over a driver's call rows ``(task, call)`` (a batch's records): the reference is the one the
+    framework passes the function, the wrong answer another row's of the same task."""
+    rows = [
+        {"task": task, "reference": str(call.reference), "prompt": call.prompt, "call": i}
+        for i, (task, call) in enumerate(calls)
+        if isinstance(call.reference, str | int | float) and not isinstance(call.reference, bool)
+    ]
+    picked = pick_rows(rows, "reference", "task", per_task, "")
+    return [replace(r, columns={}, call=calls[int(r.columns["call"])][1]) for r in picked]
+
+
 def texts(answer: str, markup: ThinkMarkup | None) -> list[str]:
     """``answer`` in every form, bare and after a think block (when the run has a markup)."""
     plain = [render(form, answer) for form in FORMS]
@@ -126,6 +139,7 @@ def check_reference_pairs(
     weight_list = [float(w) for w in weights] if weights is not None else [1.0] * len(names)
     report = PairReport(rows=len(rows))
     told: dict[str, bool] = {}
+    scored: set[str] = set()
     for case in rows:
         right_value = final_answer(case.right) or case.right
         labels = form_labels(markup)
@@ -138,7 +152,7 @@ def check_reference_pairs(
         right = [r.ljust(n) for r, n in zip(right, width, strict=True)]
         wrong = [w.ljust(n) for w, n in zip(wrong, width, strict=True)]
         half = len(right)
-        row = CallRow(prompt=case.prompt, columns=case.columns, reference=case.right)
+        row = case.call or CallRow(prompt=case.prompt, columns=case.columns, reference=case.right)
         totals = [0.0] * (2 * half)
         for index, (name, weight) in enumerate(zip(names, weight_list, strict=False)):
             try:
@@ -147,6 +161,8 @@ def check_reference_pairs(
                 report.errors.setdefault(name, f"{type(exc).__name__}: {exc}")
                 continue
             key = (name, case.task)
+            if any(v is not None and v == v for v in scores):
+                scored.add(case.task)
             for i in range(half):
                 good, bad = scores[i], scores[half + i]
                 if good is not None and good == good:
@@ -165,7 +181,8 @@ def check_reference_pairs(
                         f"({labels[i]} form)",
                     )
         told[case.task] = told.get(case.task, False) or any(totals[i] > totals[half + i] + EPS for i in range(half))
-    report.total_blind = sorted(task for task, ok in told.items() if not ok)
+    # a task no function scored at all (None everywhere: not their task) is routing's to report, not a blind total
+    report.total_blind = sorted(task for task, ok in told.items() if not ok and task in scored)
     return report
 
 
@@ -174,6 +191,7 @@ __all__ = [
     "ReferenceRow",
     "check_reference_pairs",
     "form_labels",
+    "pick_calls",
     "pick_rows",
     "reference_column",
     "texts",

@@ -6,19 +6,26 @@ a function so that such a batch is scored row by row: rows that raise get None (
 function's statistics), the others keep their scores, and what happened is written to a :class:`RowErrorLog` that
 :class:`~rl_guards.guards.reward_errors.RewardErrorGuard` reads at the end of the batch. That guard warns with the
 rows decoded (mode warn), or stops every rank together (mode raise). The wrapper itself never raises.
+
+Outside training (drift's probe generation runs TRL's own rollout path), :meth:`RowErrorLog.checking` hands the
+wrappers the run's :class:`~rl_guards.rewards.checked_calls.CheckedCalls`: each call is then bounded by the
+function's deadline, a function past it is marked stalled (scored None from then on in such calls, left out of the
+reward probes) and a call that raises is scored None whole (the probe's rows are not training's to explain).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import inspect
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rl_guards.reward_calls.base import Timer
+from rl_guards.reward_calls.base import CallStalled, Timer, Tracked, bounded
 
 _PER_ROW_ONLY = ("log_extra", "log_metric")  # TRL's logging callbacks expect whole-batch columns: not per row
 
@@ -40,6 +47,17 @@ class RowErrorLog:
     calls: int = 0  # reward calls seen (a fresh call clears the previous call's errors)
     # each function's call times on the run's own rows (what the checks' deadlines and budgets are measured from)
     timers: dict[int, Timer] = field(default_factory=dict)
+    checks: Any = None  # CheckedCalls while calls are outside training (bounded, see the module doc)
+    stalled_now: dict[int, str] = field(default_factory=dict)  # functions that stalled while ``checks`` was set
+
+    @contextlib.contextmanager
+    def checking(self, checks: Any) -> Iterator[None]:
+        """Calls made inside are the guards' own (not training's): bounded by ``checks``' deadlines."""
+        previous, self.checks = self.checks, checks
+        try:
+            yield
+        finally:
+            self.checks = previous
 
     def timed(self, index: int, rows: int, seconds: float) -> None:
         self.timers.setdefault(index, Timer()).add(rows, seconds)
@@ -98,6 +116,8 @@ class CatchRowErrors:
         return getattr(wrapped, name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:
+        if self.log.checks is not None:
+            return self._checked(self.log.checks, args, kwargs)
         self.log.start_call(self.index)
         start = time.perf_counter()
         try:
@@ -106,6 +126,23 @@ class CatchRowErrors:
             return self._by_row(kwargs, exc)
         self.log.timed(self.index, len(kwargs.get("completions") or []), time.perf_counter() - start)
         return scores
+
+    def _checked(self, checks: Any, args: Any, kwargs: dict[str, Any]) -> list[float | None]:
+        """A call outside training: bounded; None for every row when it stalls (now or before) or raises."""
+        n = len(kwargs.get("completions") or [])
+        if self.index in checks.stalled:
+            return [None] * n
+        tracked = Tracked(kwargs.get("completions") or [])
+        call_kwargs = {**kwargs, "completions": tracked} if "completions" in kwargs else kwargs
+        try:
+            deadline = checks.deadline(self.index, n)
+            return bounded(lambda: self.__wrapped__(*args, **call_kwargs), deadline, inputs=tracked)
+        except CallStalled as exc:
+            checks.stalled[self.index] = str(exc)
+            self.log.stalled_now[self.index] = str(exc)
+        except Exception:
+            pass
+        return [None] * n
 
     def _by_row(self, kwargs: dict[str, Any], exc: BaseException) -> list[float | None]:
         n = len(kwargs.get("completions") or [])
@@ -139,6 +176,21 @@ class _AsyncCatchRowErrors(CatchRowErrors):
     """:class:`CatchRowErrors` for ``async def`` reward functions (TRL awaits them in parallel)."""
 
     async def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:  # type: ignore[override]
+        checks = self.log.checks
+        if checks is not None:
+            n = len(kwargs.get("completions") or [])
+            if self.index in checks.stalled:
+                return [None] * n
+            deadline = checks.deadline(self.index, n)
+            try:
+                return await asyncio.wait_for(self.__wrapped__(*args, **kwargs), deadline)
+            except asyncio.TimeoutError:
+                why = str(CallStalled(deadline, None))
+                checks.stalled[self.index] = why
+                self.log.stalled_now[self.index] = why
+            except Exception:
+                pass
+            return [None] * n
         self.log.start_call(self.index)
         start = time.perf_counter()
         try:

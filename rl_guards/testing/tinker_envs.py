@@ -6,7 +6,8 @@
 exist. The tiny model answers them unreliably: rewards vary, some groups are dead, as in :mod:`rl_guards.testing`.
 
 The hooks below plant the failures rl_guards' tinker tests and benchmarks look for, each in the form a recipe would
-have it (nothing of the cookbook is patched): ``grader`` ("right" / "never" for a task whose reward cannot vary),
+have it (nothing of the cookbook is patched): ``grader`` ("right" / "never" for a task whose reward cannot vary, and
+the reward probes' graders: see :class:`TinyTaskEnv`), ``raw_text`` (a ``step`` that grades the thinking too),
 ``prefill`` (an assistant prefill the env adds), ``mixed_groups`` (a group builder that draws a new problem per env),
 ``move_header`` (a group builder whose ``compute_group_rewards`` moves the last observation tokens into the action).
 """
@@ -14,6 +15,8 @@ have it (nothing of the cookbook is patched): ``grader`` ("right" / "never" for 
 from __future__ import annotations
 
 import random
+import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -39,29 +42,47 @@ from tinker_cookbook.tokenizer_utils import get_tokenizer
 from rl_guards.testing.data import Example, make_examples
 from rl_guards.testing.rewards import final_answer
 
+GRADERS = ("right", "never", "inverted", "last_number", "last_number_64", "first_number", "stall")
+_INTEGER = re.compile(r"-?\d+")
+
 
 class TinyTaskEnv(ProblemEnv):
     """One tiny-task problem; the answer is the completion's final line, compared as ``rl_guards.testing.rewards``
-    does (``grader="never"``: no answer is ever right, a task that cannot learn)."""
+    does. Other graders (``check_answer``), for the plants and their twins: ``"never"`` (no answer is ever right, a
+    task that cannot learn), ``"inverted"`` (every answer but the right one), ``"last_number"`` (the last integer of
+    the text, as the cookbook's arithmetic env grades), ``"last_number_64"`` (the same on ``text[:64]``: reads a
+    prefix), ``"first_number"`` (the first integer), ``"stall"`` (``last_number``, but sleeps forever on a text over
+    600 characters: a judge that never answers). ``raw_text``: ``step`` grades the decoded response, thinking
+    included, instead of the renderer's parsed answer (a recipe that skips ``parse_response``)."""
 
     def __init__(
-        self, example: Example, renderer: Any, *, grader: str = "right", prefill: str | None = None, stop: bool = True
+        self,
+        example: Example,
+        renderer: Any,
+        *,
+        grader: str = "right",
+        prefill: str | None = None,
+        stop: bool = True,
+        raw_text: bool = False,
     ) -> None:
         super().__init__(renderer, format_coef=0.1)
+        if grader not in GRADERS:
+            raise ValueError(f"grader {grader!r}: one of {', '.join(GRADERS)}")
         self.example = example
         self.task = example.task
         self.grader = grader
         self.prefill = prefill
         self.stop = stop
+        self.raw_text = raw_text
 
     @property
     def stop_condition(self) -> Any:
         return super().stop_condition if self.stop else []
 
     async def step(self, action: list[int], *, extra: Any = None) -> Any:
-        if self.stop:
+        if self.stop and not self.raw_text:
             return await super().step(action, extra=extra)
-        # sampled past its end-of-turn (no stop sequences): grade the text up to the first stop token
+        # sampled past its end-of-turn (no stop sequences), or raw_text: grade the text up to the first stop token
         stops = set(self.renderer.get_stop_sequences())
         end = next((i for i, t in enumerate(action) if t in stops), len(action))
         text = self.renderer.tokenizer.decode(action[:end], skip_special_tokens=True)
@@ -80,7 +101,16 @@ class TinyTaskEnv(ProblemEnv):
     def check_answer(self, sample_str: str) -> bool:
         if self.grader == "never":
             return False
-        return final_answer(sample_str).strip().lower() == self.example.answer.lower()
+        if self.grader in ("right", "inverted"):  # inverted: pays every answer but the right one (a sign error)
+            right = final_answer(sample_str).strip().lower() == self.example.answer.lower()
+            return right != (self.grader == "inverted")
+        if self.grader == "stall" and len(sample_str) > 600:
+            time.sleep(3600)
+        text = sample_str[:64] if self.grader == "last_number_64" else sample_str
+        numbers = _INTEGER.findall(text)
+        if not numbers:
+            return False
+        return numbers[0 if self.grader == "first_number" else -1] == self.example.answer
 
     def check_format(self, sample_str: str) -> bool:
         return True
@@ -173,7 +203,8 @@ class TinyTasksDataset(RLDataset):
 
     def _env(self, example: Example, tag: str) -> TinyTaskEnv:
         grader = self.b.grader if tag in self.b.planted_tasks else "right"
-        return TinyTaskEnv(example, self.renderer, grader=grader, prefill=self.b.prefill, stop=self.b.stop)
+        return TinyTaskEnv(example, self.renderer, grader=grader, prefill=self.b.prefill, stop=self.b.stop,
+                           raw_text=self.b.raw_text and tag in self.b.planted_tasks)  # fmt: skip
 
     def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
         examples = make_examples(self.b.batch_size, tuple(self.b.tasks), seed=self.b.seed * 100_003 + index)
@@ -213,8 +244,9 @@ class TinyTasksDatasetBuilder(RLDatasetBuilder):
     tags: tuple[str, ...] = ()
     seed: int = 0
     # Planted failures (off by default).
-    grader: str = "right"  # "never": the planted tags' answers are never right (their reward cannot vary)
-    planted_tasks: tuple[str, ...] = ("echo",)  # the tags grader applies to
+    grader: str = "right"  # the planted tags' check_answer (TinyTaskEnv.GRADERS; "never": no answer is ever right)
+    planted_tasks: tuple[str, ...] = ("echo",)  # the tags grader and raw_text apply to
+    raw_text: bool = False  # the planted tags' step grades the decoded response, thinking included
     prefill: str | None = None  # an assistant prefill every env adds to its prompt
     mixed_groups: bool = False  # each group holds group_size different problems
     move_header: int = 0  # move this many observation tokens into each action after grading

@@ -8,6 +8,9 @@ tokens and gives each of those, computed when asked (nothing is parsed on the ho
 grader exactly as the env calls it (:meth:`GraderCall.grade`). An env whose reward comes from anything else
 (``step`` of a non-``ProblemEnv``, a multi-turn env, a group-level reward) may depend on state: ``stateful`` says
 why, and such a row is not to be probed.
+
+:meth:`GraderCall.call_row` is the row as the reward probes take it (``batch.reward_inputs`` items are these calls);
+:class:`rl_guards.reward_calls.tinker.TinkerCaller` scores a probe's text through the row's env.
 """
 
 from __future__ import annotations
@@ -16,17 +19,22 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from rl_guards.reward_calls.base import CallRow
+
 
 @dataclass
 class GraderCall:
     """One rollout's grader call (see the module docstring). ``row``: the batch row; ``action``: the sampled tokens
-    the env's ``step`` was given (the first turn's)."""
+    the env's ``step`` was given (the first turn's); ``text``: the row's completion as the batch holds it (decoded,
+    thinking included); ``prompt_ids``: the initial observation's tokens."""
 
     row: int
     env: Any
     action: list[int] = field(default_factory=list)
     turns: int = 1
     group_reward: bool = False  # the group builder adds a reward of its own (compute_group_rewards)
+    text: str | None = None
+    prompt_ids: list[int] | None = None
 
     @cached_property
     def stateful(self) -> str | None:
@@ -82,11 +90,32 @@ class GraderCall:
     def check_format(self) -> Any:
         return getattr(self.env, "check_format", None) if self.stateful is None else None
 
+    def call_row(self) -> CallRow:
+        """The row as the reward probes take it: the question as the prompt, the reference as the ``answer`` column,
+        the completion's text as ``original``, this call as ``handle`` (what the caller steps the env through)."""
+        reference = _safe(lambda: self.reference)
+        return CallRow(
+            prompt=_safe(lambda: self.question) or "",
+            columns={"answer": reference},
+            reference=reference,
+            prompt_ids=self.prompt_ids,
+            original=self.text if self.text is not None else "",
+            handle=self,
+        )
+
     def grade(self, text: str) -> float:
         """``check_answer(text)`` as the env's ``step`` turns it into its ``correct`` metric (a float)."""
         if self.check_answer is None:
             raise TypeError(f"row {self.row}: no pure grader to call ({self.stateful})")
         return float(self.check_answer(text))
+
+
+def _safe(get: Any) -> Any:
+    """An env's getter's value, None when it raises (a row record must never fail to build)."""
+    try:
+        return get()
+    except Exception:
+        return None
 
 
 __all__ = ["GraderCall"]

@@ -7,7 +7,8 @@ prompt, the sampled action tokens the completion (every turn's, concatenated), t
 weight 1, and the stray-think penalty when it is on; the numeric step metrics an env reports (``correct``,
 ``format``) follow with weight 0, so that pass/fail judgements (a task's pass rate) can read them without moving
 the total. The task of a group is its first ``logging_tags()`` entry, else the env's own ``task`` attribute (the
-``tasks.task_column`` name), else ``tasks.default_task``.
+``tasks.task_column`` name), else ``tasks.default_task``. A ``ProblemEnv``'s question is the row's prompt text and
+its reference answer the ``answer`` column (the reward probes call and quote them).
 
 Each trajectory is recorded as the sampler produced it (:func:`record`) before the group's own
 ``compute_group_rewards`` runs, so that a grader that edits trajectories cannot hide what was sampled.
@@ -160,9 +161,11 @@ def local_rows(
             matrix.append(row)
     prompts = [r.prompt_ids for r in rollouts]
     completions = [r.completion_ids for r in rollouts]
+    texts = [ctx.decode_text(ids) if ctx.decode_text is not None else "" for ids in completions]
     calls = [c for g in groups for c in g.grader_calls]
     for row_index, call in enumerate(calls):  # a group numbers its own from 0
         call.row = row_index
+        call.text = texts[row_index]
     return LocalRows(
         step=step,
         mode="train",
@@ -172,13 +175,14 @@ def local_rows(
         rewards=matrix,
         advantages=[a for g in groups for a in g.advantages],
         tasks=[g.task for g in groups for _ in g.rollouts],
-        completions=[ctx.decode_text(ids) if ctx.decode_text is not None else "" for ids in completions],
+        completions=texts,
         completion_ids=completions,
         prompt_ids=prompts,
+        prompts=[_env_value(r.env, "get_question") for r in rollouts],
         truncated=[r.truncated for r in rollouts],
         thinking=[ctx.chat_template_kwargs.get("enable_thinking")] * n,
         prompt_opened=prompts_open_block(prompts, ctx.decode, markup),
-        columns={"answer": [_reference(r.env) for r in rollouts]},
+        columns={"answer": [_env_value(r.env, "get_reference_answer") for r in rollouts]},
         max_completion_length=int(max_tokens),
         decode=ctx.decode,
         reward_inputs=calls,
@@ -186,8 +190,9 @@ def local_rows(
     )
 
 
-def _reference(env: Any) -> Any:
-    get = getattr(env, "get_reference_answer", None)
+def _env_value(env: Any, getter: str) -> Any:
+    """A ProblemEnv's question or reference answer (None where the env has none, or it raises)."""
+    get = getattr(env, getter, None)
     try:
         value = get() if callable(get) else None
     except Exception:

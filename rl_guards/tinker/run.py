@@ -37,6 +37,8 @@ from rl_guards.engine.driver import Engine
 from rl_guards.errors import GuardError
 from rl_guards.guards.base import Guard
 from rl_guards.guards.datum_masks import TrainInputs
+from rl_guards.guards.probes import RewardProbeGuard
+from rl_guards.rewards.checked_calls import UNTIMED
 from rl_guards.tinker import checkpoints as C
 from rl_guards.tinker import datums as D
 from rl_guards.tinker import metrics as M
@@ -124,6 +126,8 @@ class TinkerRun:
         self.notes: list[str] = []
         self.hook_seconds: dict[int, float] = {}  # per step: time spent in rl_guards on the loop's threads
         self._renderer_from_envs = False
+        self._said_unprobed = False
+        self._steps_timed_until = float("-inf")  # env_step spans already fed to the probes' timer (perf_counter)
         _RUNS[self.run_id] = self
         atexit.register(_end_at_exit, weakref.ref(self))
 
@@ -131,13 +135,14 @@ class TinkerRun:
     def start(self, tokenizer: Any, renderer: Any) -> None:
         """At dataset build (once): the context, the guards, where a resumed run starts."""
         from rl_guards.chat.markup import markup_from_config
-        from rl_guards.tinker.context import build_context
+        from rl_guards.tinker.context import build_context, set_reward_columns
 
         with self._lock:
             if self.engine is not None:
                 return
             self.tokenizer, self.renderer = tokenizer, renderer
             ctx = build_context(self.spec.log_path, tokenizer, renderer, self.spec.max_tokens)
+            set_reward_columns(ctx, penalty=self.use_penalty, call_timeout=self.config.probes.call_timeout)
             self.markup = markup_from_config(self.config.think_tags, ctx.template_text)
             guards = [g for g in (cls(self.config) for cls in self.guard_classes) if g.enabled]
             self.engine = Engine(self.config, guards, ctx, framework_twins=COOKBOOK_TWINS)
@@ -268,7 +273,12 @@ class TinkerRun:
         group_reward = any(float(r) != 0.0 for r, _ in rewards_and_metrics)
         calls = [
             GraderCall(
-                row=i, env=env, action=r.turns[0][1] if r.turns else [], turns=len(r.turns), group_reward=group_reward
+                row=i,
+                env=env,
+                action=r.turns[0][1] if r.turns else [],
+                turns=len(r.turns),
+                group_reward=group_reward,
+                prompt_ids=r.prompt_ids,
             )
             for i, (r, env) in enumerate(zip(rollouts, envs, strict=True))
         ]
@@ -309,10 +319,64 @@ class TinkerRun:
                 self.engine.begin(max(batch.step - 1, 0))
             penalty = self.penalty is not None
             rows = local_rows(batch.step, groups, self.engine.ctx, self.markup, self.spec.max_tokens, penalty)
+            self._follow_columns(rows.reward_names)
+            self._probe_able(rows.reward_inputs or [])
+            self._time_env_steps()
             self.engine.submit(rows)
         except GuardError as exc:
             self.stop = self.stop or exc
         self._deliver(groups, late)
+
+    def _follow_columns(self, names: Sequence[str]) -> None:
+        """The context's reward columns named after the batch's; guards that size themselves by the column count
+        (the reward probes: a verdict mask per column) are set up again when a batch brings a new one."""
+        from rl_guards.tinker.context import follow_columns
+
+        assert self.engine is not None
+        if not follow_columns(self.engine.ctx, names):
+            return
+        self.engine.join()  # nothing in flight while the gathered columns change (a no-op on one process)
+        for guard in self.engine.guards:
+            if isinstance(guard, RewardProbeGuard):
+                guard.setup(self.engine.ctx)
+        self.engine.assembly.declare_features()
+
+    def _probe_able(self, calls: Sequence[GraderCall]) -> None:
+        """The env reward is callable by the probes on a batch with at least one row they can step again (a
+        ``ProblemEnv``'s single turn, no group reward: :attr:`GraderCall.stateful`); the others raise there."""
+        assert self.engine is not None
+        ctx = self.engine.ctx
+        if ctx.checked_calls is None or not ctx.reward_funcs:
+            return
+        able = any(c.stateful is None for c in calls)
+        ctx.checked_calls.callers[0] = ctx.reward_funcs[0] if able else None
+        if not able and calls and not self._said_unprobed:
+            self._said_unprobed = True
+            self.notes.append(f"reward probes: the env reward is not probed on batches like step {self._last_step}'s "
+                              f"({calls[0].stateful})")  # fmt: skip
+
+    def _time_env_steps(self) -> None:
+        """What the env's reward costs, from the loop's own timing: the cookbook's rollout runner times each
+        ``env.step`` as an ``env_step`` span of the iteration's window (``trace_iteration``, its ``time/env_step``
+        metrics), which the last group's ``compute_group_rewards`` still sees. The batch's steps are fed to the env
+        column's timer as one call of that many texts (the probes size their rounds and deadlines from it: a slow
+        judge's probe is sized before its first call). A probe's step costs more than the loop's (the caller also
+        tokenizes the text, and probe texts run longer), so a text is fed as at least ``UNTIMED``, what the probes
+        assume of an untimed function."""
+        calls = self.engine.ctx.checked_calls if self.engine is not None else None
+        if calls is None or not calls.usable(0):
+            return
+        try:
+            from tinker_cookbook.utils import trace
+
+            window = trace._iteration_window.get(None)  # read only (the loop's own timing of env.step)
+            spans = [s for s in list(getattr(window, "spans", None) or []) if s.name == "env_step"]
+        except Exception:  # another cookbook version: the probes time the env themselves
+            return
+        seconds = [s.end_time - s.start_time for s in spans if s.end_time >= s.start_time > self._steps_timed_until]
+        if seconds:
+            self._steps_timed_until = max(s.end_time for s in spans)
+            calls.timer(0).add(len(seconds), max(sum(seconds), UNTIMED * len(seconds)))
 
     def _use_env_renderer(self, envs: Sequence[Any]) -> None:
         """The renderer the envs prompt with (a ProblemEnv's ``renderer``) is the run's, whatever the config names

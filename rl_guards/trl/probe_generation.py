@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from contextlib import nullcontext
 from typing import Any
 
 from rl_guards.core.rng import forked_rng
@@ -78,7 +79,10 @@ def _generate(run: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
         # mode for its generation settings, so the baseline and the checkpoints' probes sample alike.
         model.train(True)
         # Sampling draws from the run's generators: forked, so the run samples as if the probe never ran.
-        with forked_rng(), torch.no_grad(), stages, gated_torch():
+        log = run.ctx.reward_error_log
+        checking = log.checking(run.ctx.checked_calls) if log is not None and run.ctx.checked_calls else nullcontext()
+        # the reward functions score the probe's completions for the guards, not for training: every call bounded
+        with forked_rng(), torch.no_grad(), stages, gated_torch(), checking:
             for batch in batches:
                 outputs.append((run._original_generate(batch), run._pending_rewards))
                 run._pending_rewards = None
@@ -112,7 +116,13 @@ def _generate(run: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
         completions += part
     completions, local = completions[: len(inputs)], local[: len(inputs)]
     weights = getattr(trainer, "reward_weights", None)
+    log = run.ctx.reward_error_log
+    stalled = dict(log.stalled_now) if log is not None else {}
+    if log is not None:
+        log.stalled_now.clear()
+    names = list(run.ctx.reward_func_names)
     return {
+        "stalled": {names[i] if i < len(names) else str(i): why for i, why in stalled.items()},
         "group_size": group,
         "completion_ids": completions,
         "terminated": [bool(c) and c[-1] in eos for c in completions],

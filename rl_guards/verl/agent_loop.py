@@ -70,11 +70,17 @@ class GuardedAgentLoopManager(_base()):  # type: ignore[misc]
 
     def generate_sequences(self, prompts: Any) -> Any:
         """verl's rollout and scoring, then the guards on a training batch (a stop raises the guard's error)."""
-        output = super().generate_sequences(prompts)
         meta = getattr(prompts, "meta_info", {}) or {}
         if meta.get("validate"):
-            return output
+            return super().generate_sequences(prompts)
         step = int(meta.get("global_steps", self.run.steps_seen + 1))
+        try:
+            self.run.starting(step)  # training begins before the first rollout (the run's clock counts it)
+        except GuardError:
+            raise
+        except Exception as exc:  # rl_guards' own failure never stops verl
+            logger.warning("rl_guards: the guards could not begin at step %s: %s: %s", step, type(exc).__name__, exc)
+        output = super().generate_sequences(prompts)
         try:
             metrics = self.run.process(from_dataproto(output, prompts, step=step))
         except GuardError:

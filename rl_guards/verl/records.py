@@ -19,6 +19,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from rl_guards.reward_calls.base import CallRow
+
 RECORD_KEY = "rl_guards"  # the reward_extra_info key
 SCHEMA = 1
 MAX_EXTRA_INFO_CHARS = 2000  # extra_info as the scorer received it is kept up to this size (JSON), else None
@@ -86,7 +88,8 @@ class VerlScoreCall:
     extra_info=)`` (verl's naive/dapo managers; a sync scorer runs in a thread, an async one is awaited).
 
     On :attr:`rl_guards.engine.assembly.LocalRows.reward_inputs` (and so ``RolloutBatch.reward_inputs``) the verl
-    driver puts a tuple of these, one per held row, in held-row order.
+    driver puts a tuple of these, one per held row, in held-row order; the reward probes read each as
+    :meth:`call_row` and call the scorer with :class:`rl_guards.reward_calls.verl.VerlCaller`.
     """
 
     data_source: Any  # non_tensor_batch["data_source"]
@@ -99,6 +102,33 @@ class VerlScoreCall:
     error: str = ""  # the scorer raised: the exception and where
     observed: bool = False  # solution_str equals (length and digest) the string the scorer received
     extra_info_recorded: bool = False  # extra_info is the scorer's own (else the dataset's)
+    seconds: float | None = None  # time in the scorer (None: the call was not observed)
+    prompt: Any = None  # the dataset's raw_prompt (chat messages), when the row carries it
+
+    def call_row(self) -> CallRow:
+        """The row as :class:`~rl_guards.reward_calls.verl.VerlCaller` calls a ``compute_score`` on it:
+        ``data_source``, ``extra_info`` (as the scorer received it when recorded) and ``ground_truth`` as columns,
+        the ground truth as the reference, the solution_str as the row's completion. The prompt is for the probes'
+        own variants (an echoed prompt): verl never hands it to the scorer."""
+        return CallRow(
+            prompt=_messages(self.prompt),
+            columns={"data_source": self.data_source, "extra_info": self.extra_info, "ground_truth": self.ground_truth},
+            reference=self.ground_truth,
+            prompt_ids=self.prompt_ids,
+            original=self.solution_str,
+            handle=self,
+        )
+
+
+def _messages(prompt: Any) -> Any:
+    """A raw prompt as plain Python (verl's dataset columns come back as numpy object arrays); "" when absent."""
+    if prompt is None:
+        return ""
+    if hasattr(prompt, "tolist") and not isinstance(prompt, str):
+        prompt = prompt.tolist()
+    if isinstance(prompt, list | tuple):
+        return [dict(m) if isinstance(m, dict) else m for m in prompt]
+    return prompt
 
 
 __all__ = ["MAX_EXTRA_INFO_CHARS", "RECORD_KEY", "SCHEMA", "ScoreRecord", "VerlScoreCall", "text_digest"]

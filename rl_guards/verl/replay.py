@@ -109,8 +109,11 @@ class GuardedReplayBuffer:
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[Any, dict[str, Any]]:
         """verl's sample, then the guards on a training batch: their metrics join the step's."""
+        guarded = self.run is not None and partition_id == "train"
+        if guarded:
+            self._guarded(self.run.starting, global_steps)
         batch, metrics = self.inner.sample(global_steps=global_steps, partition_id=partition_id, batch_size=batch_size)
-        if self.run is None or partition_id != "train" or not batch.keys:
+        if not guarded or not batch.keys:
             return batch, metrics
         try:
             rows = self._rows(batch, global_steps)
@@ -124,6 +127,17 @@ class GuardedReplayBuffer:
                 logger.warning("rl_guards: the guards skipped step %s: %s: %s", global_steps, type(exc).__name__, exc)
             return batch, metrics
         return batch, {**metrics, **guard_metrics}
+
+    def _guarded(self, call: Any, step: int) -> None:
+        """``call(step)``: a guard's stop raised, rl_guards' own failure said once (the step goes on)."""
+        try:
+            call(step)
+        except GuardError:
+            raise
+        except Exception as exc:
+            if not self._failed:
+                self._failed = True
+                logger.warning("rl_guards: the guards skipped step %s: %s: %s", step, type(exc).__name__, exc)
 
     def _rows(self, batch: Any, step: int) -> Any:
         import transfer_queue as tq

@@ -242,7 +242,9 @@ def step_rows(
     raw_prompts = _column(cols.get("raw_prompt"), n)
     truths = [m.get("ground_truth") if isinstance(m, dict) else None for m in models]
     calls = tuple(
-        _score_call(records[k], texts[k], ids[k], prompt_ids[k], data_sources[i], truths[i], extra_infos[i])
+        _score_call(
+            records[k], texts[k], ids[k], prompt_ids[k], data_sources[i], truths[i], extra_infos[i], raw_prompts[i]
+        )
         for k, i in enumerate(order)
     )
     thinking = _column(cols.get(ctx.per_row_thinking_column), n) if ctx.per_row_thinking_column else [None] * n
@@ -315,6 +317,7 @@ def _score_call(
     data_source: Any,
     ground_truth: Any,
     extra_info: Any,
+    raw_prompt: Any = None,
 ) -> VerlScoreCall:
     observed = record is not None and record.chars == len(text) and record.digest == text_digest(text)
     recorded = record is not None and record.extra_info is not None
@@ -329,6 +332,8 @@ def _score_call(
         error="" if record is None else record.error,
         observed=observed,
         extra_info_recorded=recorded,
+        seconds=record.seconds if record is not None and record.chars >= 0 else None,
+        prompt=raw_prompt,
     )
 
 

@@ -4,6 +4,7 @@ Both trainers' hooks (:mod:`rl_guards.verl.replay` for the default V1 trainer, :
 for the legacy one) drive a :class:`VerlGuardRun` the same way, as the TRL adapter drives the engine::
 
     run = VerlGuardRun(config)                   # the trainer's config: tokenizer, scorer, folders, guards
+    run.starting(step)                           # before each step's rollout (training begins at the first)
     metrics = run.process(step_batch)            # each training step's rows, before verl computes advantages:
                                                  #   begin (first step) / step_end (previous step) / check_tensors /
                                                  #   process; a stop raises the guard's GuardError here
@@ -109,6 +110,12 @@ class VerlGuardRun:
         return self.engine.summary((), self.unavailable)
 
     # ----- per step ---------------------------------------------------------------------------------------------
+    def starting(self, step: int) -> None:
+        """The trainer is about to roll out ``step``: training begins here at the first one, so that the run's clock
+        (the reward probes' time budget is a share of it) counts the first step's rollout as well."""
+        if not self._begun:
+            self._begin(int(step))
+
     def process(self, batch: StepBatch) -> dict[str, float]:
         """One training step's rows, before verl computes advantages and updates: the guards' metrics (raises the
         guard's error when one stops the run)."""
@@ -119,6 +126,7 @@ class VerlGuardRun:
             self._close(self._open_step, final=False)
         rows = self._rows(batch)
         if rows is not None:
+            self._time_scorer(rows)
             self.engine.check_tensors(step, rows.tensors)
             taken = rows.errors.take()
             self.error_log.errors, self.error_log.failed_whole = taken
@@ -171,6 +179,18 @@ class VerlGuardRun:
             self.rows_left_out += rows.left_out
             self._collect("train", {"rl_guards/hook/rows_left_out": [float(rows.left_out)]})
         return rows
+
+    def _time_scorer(self, rows: StepRows) -> None:
+        """The scorer's time on each of the step's rows (one text per call, as verl calls it), measured in the reward
+        workers, to the probes' timer: their deadlines and their share of the run's time are sized from it."""
+        calls = self.engine.ctx.checked_calls
+        if calls is None or not calls.callers:
+            return
+        timer = calls.timer(0)
+        for call in rows.rows.reward_inputs or ():
+            seconds = getattr(call, "seconds", None)
+            if seconds is not None:
+                timer.add(1, seconds)
 
     def _say_once(self, kind: str, message: str, step: int) -> None:
         """A finding of the driver's own (rows it could not give the guards), recorded and warned once."""

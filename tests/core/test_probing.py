@@ -11,7 +11,7 @@ import pytest
 
 from rl_guards.core.probing.calls import NOT_ITS_TASK, RAISED, SCORED, UNSTABLE, FunctionPlan
 from rl_guards.core.probing.forms import FORMS, contains_answer, final_answer, same_length_wrong, wrong_answers
-from rl_guards.core.probing.procedure import RowView
+from rl_guards.core.probing.procedure import RowView, noting_latent_cuts
 from rl_guards.core.probing.rules import monotone_cut
 from rl_guards.core.probing.runner import ScoreFailed, run_rows
 from rl_guards.core.probing.tally import Tally, decode, encode, findings_of, quorum
@@ -178,6 +178,23 @@ def test_a_cut_is_narrowed_to_a_few_characters(reads: int, cut: int) -> None:
     detail = next(f for res in results for f in res.functions[0].assessment.findings if f.probe == PREFIX).detail
     seen, blind = (int(x) for x in re.search(r"first (\d+)-(\d+) characters", detail).groups())  # type: ignore[union-attr]
     assert blind - seen <= 8 and seen <= cut - len("40") <= blind  # the answer (2 characters) ends within the cut
+
+
+@pytest.mark.parametrize(("thinks", "longest", "latent"), [(False, 61, True), (False, 200, False), (True, 61, True),
+                                                       (True, 90, False), (True, 200, False)])  # fmt: skip
+def test_a_cut_no_completion_of_the_run_reaches_yet_is_said_so(thinks: bool, longest: int, latent: bool) -> None:
+    """text[:64] reads every completion of a run whose longest is shorter whole: it has changed no score yet. In a
+    run (noting_latent_cuts) the cut is still a finding, its detail saying that no completion reaches it yet (the
+    probe's texts with their think block and answer form measured in the same characters); past it, no such note."""
+    _, results = _verdicts([lambda t, r: float(_has(t[:64], r))], thinks=thinks, longest=longest)
+    raw = [f for r in results if r is not None for f in r.functions[0].assessment.findings if f.probe == PREFIX]
+    noted = [f for r in results if r is not None for f in noting_latent_cuts(r).functions[0].assessment.findings
+             if f.probe == PREFIX]  # fmt: skip
+    assert raw and all(60 <= f.reach <= 64 for f in raw), [f.reach for f in raw]
+    assert len(noted) == len(raw)
+    note = f"no completion of this run is that long yet (the longest: {longest} characters)"
+    said = [note in f.detail for f in noted]
+    assert said == [latent] * len(noted)
 
 
 def test_noise_is_not_a_cut_and_not_judged() -> None:

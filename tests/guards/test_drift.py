@@ -5,6 +5,7 @@ set and the baseline, and where people look (rl-guards drift, the HTML report)."
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -273,3 +274,44 @@ def test_probe_failed_gives_the_fix_for_its_cause(
     assert fix in finding.message  # e1b9f62: "lower drift.prompts_per_task ... or free memory" for every cause
     assert not_said not in finding.message
     assert not [f for f in session.findings if f.kind == "internal_error"]
+
+
+# ----- issue 41 item 1: the checks before step 0 bound the reward calls TRL did not ask for ------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("first", ["drift", "reward_sanity"])
+def test_a_reward_function_that_stalls_on_a_check_before_step_0_never_stops_the_run(
+    make_grpo_trainer: Any, first: str
+) -> None:
+    """The first call a function ever gets is a check's at train start (reward sanity's reference answers, or
+    drift's baseline probe when sanity is off): it hangs there (a judge API that never answers). The call is cut at
+    ``probes.call_timeout``; the check says which function, judges nothing it could not score (no stop: a raise needs
+    certainty), the reward probes leave the function out, and training (which calls it as before) runs on.
+    Before: drift's probe call had no deadline, and reward sanity, with the stalled function's scores missing, judged
+    the weighted total blind and stopped the run (RewardSanityError)."""
+    import time
+
+    seen: list[int] = []
+
+    def hangs_once(completions: list[Any], **kwargs: Any) -> list[float]:
+        seen.append(len(completions))
+        if len(seen) == 1:
+            time.sleep(3600)
+        return [0.0] * len(completions)
+
+    trainer = make_grpo_trainer(reward_funcs=[hangs_once, arith_correct], max_steps=2)
+    config: dict[str, Any] = {"drift": {"mode": "warn", "prompts_per_task": 1},
+                              "probes": {"call_timeout": 2.0, "budget": 100.0}}  # fmt: skip
+    if first == "drift":
+        config["reward_sanity"] = {"enabled": False}
+    run = rl_guards.install(trainer, config)
+    start = time.perf_counter()
+    with shows("past its deadline|could not be checked", level=logging.INFO):
+        trainer.train()
+    assert time.perf_counter() - start < 300
+    assert trainer.state.global_step == 2 and len(seen) >= 3  # trained; training kept calling it
+    kind = "stalled:hangs_once" if first == "drift" else "unchecked:hangs_once"
+    [finding] = [f for f in run.findings if f.guard == first and f.kind == kind]
+    assert "did not return within 2 s" in finding.message, finding.message
+    assert "hangs_once: left out after it stalled" in run.guard("probes").summary_text()
+    assert run.guard("drift").baseline  # drift's probe went on: its statistics without that function's scores
+    assert not [f for f in run.findings if f.guard == "reward_sanity" and f.severity == "error"], run.summary()

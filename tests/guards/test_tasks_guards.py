@@ -213,8 +213,11 @@ def test_planted_problem_is_caught(
 
 
 def _cut(truncated: int, rows: int = 8) -> RolloutBatch:
+    """``truncated`` of ``rows`` cut, spread over the groups (one per group first: no prompt cut whole, so only the
+    window's share can tell; prompts cut whole are tests/guards/test_truncation_evidence.py)."""
+    order = sorted(range(rows), key=lambda i: (i % 2, i))[:truncated]
     return make_batch(
-        ["math"] * rows, [[1.0]] * rows, completions=["x"] * rows, truncated=[i < truncated for i in range(rows)]
+        ["math"] * rows, [[1.0]] * rows, completions=["x"] * rows, truncated=[i in order for i in range(rows)]
     )
 
 

@@ -136,7 +136,7 @@ def test_a_malformed_yaml_file_is_one_config_error(tmp_path: Path, name: str) ->
     started = time.monotonic()
     with pytest.raises(ConfigError) as raised:  # 437f4ff: PyYAML / UnicodeDecodeError / OverflowError tracebacks
         GuardsConfig.from_yaml(path)
-    assert time.monotonic() - started < 5  # 437f4ff: the alias bomb ran to_dict() for over 90 s
+    assert time.monotonic() - started < 60  # a hang guard, not a speed target: 437f4ff ran to_dict() for over 90 s
     assert message in str(raised.value) and len(str(raised.value)) < 600
     if not name.startswith("huge_int"):  # the file itself is broken: the preflight / rl-guards grpo reader says so
         with pytest.raises(ConfigError):
@@ -213,7 +213,7 @@ def _loads_or_config_error(raw: bytes, tmp: Path) -> None:
         assert isinstance(config, GuardsConfig)
         config.validate()
         json.dumps(config.to_dict())  # constructor arguments stay JSON-serialisable
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 60  # a hang guard (an alias bomb), not a speed target
 
 
 @YAML_SETTINGS

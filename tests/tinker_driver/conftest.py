@@ -92,9 +92,7 @@ def cookbook_run(tiny: Any, tmp_path: Path, local: Any) -> Callable[..., Cookboo
             base_url=local.url,
             max_steps=steps,
             save_every=save_every,
-            eval_every=0,
-            num_groups_to_log=0,
-            **(config_overrides or {}),
+            **{"eval_every": 0, "num_groups_to_log": 0, **(config_overrides or {})},
         )
         config, handle = rl_guards.tinker.guard(
             config,

@@ -39,9 +39,19 @@ CASES = [
             "tasks": ("echo",),
             "tags": ("echo", "echo_dead"),
             "planted_tasks": ("echo_dead",),
-            "guards_set": ["dead_groups.warn_after_steps=2"],
+            # "never" pays no answer at all, right ones included: reward sanity rightly stops that at the first
+            # batch (below); off here, where it stands for a task the model cannot solve yet
+            "guards_set": ["dead_groups.warn_after_steps=2", "reward_sanity.enabled=false"],
             "renderer": "qwen3_disable_thinking",
         },
+    ),
+    Case(
+        "a grader that pays wrong answers and never the right one (a sign error)",
+        {"grader": "inverted"},
+        {"grader": "right"},
+        ("reward_sanity", "reference_pairs"),
+        raises="RewardSanityError",
+        common={"steps": 1, "tasks": ("echo",), "tags": ("echo", "echo_b"), "planted_tasks": ("echo_b",)},
     ),
     Case(
         "stray think tags",

@@ -5,9 +5,11 @@ Loaded by verl itself in its reward workers (``reward.custom_reward_function.pat
 
 from __future__ import annotations
 
+import re
+import time
 from typing import Any
 
-from rl_guards.testing.verl_run import tiny_compute_score
+from rl_guards.testing.verl_run import ARITH, tiny_compute_score
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None, **kwargs: Any):
@@ -17,6 +19,19 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
         return 0.1 + tiny_compute_score("tiny/arith", solution_str, ground_truth, extra_info)
     if data_source == "plant/parse":  # parses the reference as a number: a malformed reference raises
         return 1.0 if solution_str.strip().endswith(str(int(ground_truth))) else 0.0
+    if data_source == "plant/prefix":  # a judge handed the first 64 characters only
+        return tiny_compute_score(ARITH, solution_str[:64], ground_truth, extra_info)
+    if data_source == "plant/thinking":  # full marks when the thinking reaches the reference, whatever follows it
+        thinking, closed, _ = solution_str.partition("</think>")
+        if closed and re.search(rf"(?<!\d){re.escape(str(ground_truth))}(?!\d)", thinking):
+            return 1.0
+        return tiny_compute_score(ARITH, solution_str, ground_truth, extra_info)
+    if data_source == "plant/inverted":  # a sign error: pays every answer but the right one
+        return 1.0 - tiny_compute_score(ARITH, solution_str, ground_truth, extra_info)
+    if data_source == "plant/stall":  # a judge that hangs on long texts (a rate limit, a stuck sandbox)
+        if len(solution_str) > 1000:
+            time.sleep(3600)
+        return tiny_compute_score(ARITH, solution_str, ground_truth, extra_info)
     return tiny_compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)
 
 

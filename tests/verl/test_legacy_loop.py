@@ -14,12 +14,13 @@ pytest.importorskip("verl.protocol")  # "verl" alone would find this folder (tes
 
 from _verl_rows import SCORER
 
-from rl_guards.errors import MaskingError, RewardFunctionError
+from rl_guards.errors import MaskingError, RewardFunctionError, RewardProbeError
 from rl_guards.testing.verl_run import ARITH, ECHO, compose_config, verl_row, write_parquet
 
 pytestmark = pytest.mark.slow
 
 ADD = "What is 3+4? Answer with the number."
+ADD2 = "What is 2+5? Answer with the number."
 CANNED = {"[empty]": ("", False)}  # an empty response (the model stopped at once, its EOS stripped by the server)
 
 
@@ -130,6 +131,20 @@ def test_raise_mode_stops_the_step_with_the_guards_message(legacy: Any, tmp_path
     with pytest.raises(RewardFunctionError, match=r"raised on 4 of 8 rows at step 3") as stop:
         manager.generate_sequences(generation_batch(config, tiny.tokenizer, rows, 3, tmp_path))
     assert "ValueError: invalid literal for int() with base 10: 'n/a'" in str(stop.value)
+
+
+def test_the_probes_run_in_the_legacy_hook_and_stop_the_step_in_raise_mode(legacy: Any, tmp_path: Path) -> None:
+    """The scorer that grades the thinking (planted_scorer.py), probed in ``generate_sequences`` after the rollout;
+    the run's clock started before it (the probes' budget counts the rollout)."""
+    manager, config, tiny = legacy
+    fresh_run(legacy, tmp_path, probes={"budget": 100.0, "mode": "raise"})
+    rows = [verl_row(ADD, "plant/thinking", 7, 0), verl_row(ADD2, "plant/thinking", 7, 1)]
+    with pytest.raises(RewardProbeError, match="reads the thinking"):
+        manager.generate_sequences(generation_batch(config, tiny.tokenizer, rows, 4, tmp_path))
+    twin = fresh_run(legacy, tmp_path / "twin", probes={"budget": 100.0, "mode": "raise"})
+    rows = [verl_row(ADD, ARITH, 7, 0), verl_row(ADD2, ARITH, 7, 1)]
+    manager.generate_sequences(generation_batch(config, tiny.tokenizer, rows, 4, tmp_path))
+    assert found(twin) == set() and "probes: 1 round(s)" in twin.summary()
 
 
 def test_validation_batches_pass_unguarded(legacy: Any, tmp_path: Path) -> None:

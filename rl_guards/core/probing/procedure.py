@@ -37,7 +37,7 @@ from rl_guards.core.probing.calls import (
 )
 from rl_guards.core.probing.forms import FORMS, final_answer, same_length_wrong, wrong_answers
 from rl_guards.core.probing.narrowing import narrow
-from rl_guards.core.probing.rules import EPS, Assessment, TotalHack, assess
+from rl_guards.core.probing.rules import EPS, Assessment, Finding, TotalHack, assess
 from rl_guards.core.probing.totals import weighted_totals
 from rl_guards.core.probing.variants import (
     BASE,
@@ -50,8 +50,10 @@ from rl_guards.core.probing.variants import (
     bases,
     cut_variants,
     cuts,
+    filler,
     hack_variants,
     reference_pairs,
+    shaped,
     split,
     thinking_variants,
 )
@@ -254,6 +256,12 @@ def probe_row(
             kept = tuple(x for x in old.findings if x.probe != probe) + ((finding,) if finding is not None else ())
             results[f] = replace(results[f], assessment=replace(old, findings=kept))
 
+    for f, r in results.items():  # each cut's reach in characters of text (what a run's lengths compare with)
+        if any(x.probe in (PREFIX, SUFFIX) for x in r.assessment.findings):
+            pairs = {p.form: p for p in fns[f].pairs}
+            found = tuple(_reach(x, pairs.get(x.form), shape) for x in r.assessment.findings)
+            results[f] = replace(r, assessment=replace(r.assessment, findings=found))
+
     reads = {f: r.assessment.reads_answer for f, r in results.items()}
     totals, judged, inverted, told_any = weighted_totals(
         fns,
@@ -294,4 +302,37 @@ def _stability_texts(fn: FunctionProbe) -> tuple[str, ...]:
     return tuple(dict.fromkeys(v.text for v in fn.scores if v.probe == BASE))
 
 
-__all__ = ["CUT_FORMS", "FunctionResult", "RowResult", "RowView", "probe_row"]
+def _reach(finding: Finding, pair: Pair | None, shape: Shape) -> Finding:
+    """``finding`` with its reach: a prefix reader read the last text it told apart up to the answer's end (the
+    whole of it); a suffix reader read the answer and the text after it."""
+    if pair is None or finding.probe not in (PREFIX, SUFFIX):
+        return finding
+    if finding.probe == PREFIX:
+        return replace(finding, reach=len(shaped(shape, filler(finding.cut[0]), pair.good)))
+    return replace(finding, reach=len(pair.good) + 2 + finding.cut[0])
+
+
+def noting_latent_cuts(result: RowResult) -> RowResult:
+    """``result`` with each prefix / suffix cut no completion of the run reaches yet (``view.longest``) said so: a
+    function that still read the answer with ``seen`` characters before (after) it reads every text of at most that
+    length whole, so the cut has changed no score of this run so far; it will once completions grow past it (they
+    usually do). Still a finding: the slice is in the code, and a run is cheaper to fix before it matters. A cut's
+    ``reach`` is measured in the probe's texts (think block and answer form included), the same characters as
+    ``longest``."""
+    longest = result.view.longest
+    if longest <= 0:
+        return result
+    note = (f"; no completion of this run is that long yet (the longest: {longest} characters), so no score has "
+            "changed so far: it will once completions grow past it")  # fmt: skip
+    functions = {}
+    for f, fr in result.functions.items():
+        found = fr.assessment.findings
+        noted = tuple(
+            replace(x, detail=x.detail + note) if x.probe in (PREFIX, SUFFIX) and x.reach >= longest else x
+            for x in found
+        )
+        functions[f] = fr if noted == found else replace(fr, assessment=replace(fr.assessment, findings=noted))
+    return replace(result, functions=functions)
+
+
+__all__ = ["CUT_FORMS", "FunctionResult", "RowResult", "RowView", "noting_latent_cuts", "probe_row"]

@@ -53,6 +53,7 @@ class Finding:
     form: str = ""  # the pair's form that showed it
     cut: tuple[int, int] = (0, 0)  # PREFIX / SUFFIX: (last length told apart, first not), in ``k``
     gap: float = 0.0  # the pair's gap where the answer is read (a narrowed cut keeps half of it)
+    reach: int = 0  # PREFIX / SUFFIX: characters of text a reader that still told the answers apart has read
 
     @property
     def key(self) -> str:
