@@ -11,8 +11,6 @@ import json
 import time
 from typing import Any, ClassVar
 
-import numpy as np
-
 from rl_guards.chat.markup import markup_from_config
 from rl_guards.config import ProbesConfig
 from rl_guards.core.batch import RolloutBatch
@@ -22,17 +20,12 @@ from rl_guards.core.probing.runner import ScoreFailed, run_rows
 from rl_guards.core.probing.tally import Tally, decode, encode, findings_of
 from rl_guards.core.probing.variants import FALLBACK
 from rl_guards.errors import RewardProbeError
-from rl_guards.guards import probe_report, probe_views
+from rl_guards.guards import probe_budget, probe_report, probe_views
 from rl_guards.guards.base import Guard, Reporter
+from rl_guards.guards.probe_budget import LATER_ROWS, SPARE
 from rl_guards.guards.probe_report import KINDS
 from rl_guards.rewards.checked_calls import Stalled
 from rl_guards.rewards.slicing import drain_watched
-
-LATER_ROWS = 4  # rows per task of a probe after the first (a verdict needs 3 of them, from 2 groups)
-TEXTS_PER_ROW = 120  # texts a function scores per probed row (both passes), for the cost estimate
-SPARE = 1.5  # estimates are taken this much above the calls timed (texts per pass vary, a loaded machine is slower)
-PREP = 0.003  # seconds to build a row's variants, until measured
-PASSES = 3  # calls a function gets in a probe (two passes, then a narrowing or a stability check), for the estimate
 
 
 def _no_scores(fn: int, items: Any, alone: bool) -> list[float | None]:
@@ -131,7 +124,7 @@ class RewardProbeGuard(Guard):
     def _probe(self, batch: RolloutBatch, held: list[int], functions: list[tuple[int, str]]) -> dict[int, Any]:
         calls = self.ctx.checked_calls
         start = time.perf_counter()
-        self._calibrate(batch, held, functions, start)
+        probe_budget.calibrate(calls, batch, held, functions, lambda: self._allowance() - (time.perf_counter() - start))
         reference = probe_views.reference_column(
             list(batch.columns), [self.ctx.reward_funcs[i] for i, _ in functions],
             self.guards_config.reward_sanity.reference_column,
@@ -151,15 +144,15 @@ class RewardProbeGuard(Guard):
             return found, probe_views.views(batch, rows, found, markup, [i for i, _ in functions])
 
         if not self._prep:  # what building a row's variants costs here, timed on one row before any is promised
-            began = time.perf_counter()
-            run_rows(prepare(held[:1])[1], plans, _no_scores, may_continue=lambda pending: False)
-            self._prep = time.perf_counter() - began
-        fixed, per_row = self._round_cost(functions)
+            self._prep = probe_budget.timed_seconds(
+                lambda: run_rows(prepare(held[:1])[1], plans, _no_scores, may_continue=lambda pending: False)
+            )
+        fixed, per_row = probe_budget.round_cost(calls, functions, self._row_cost, self._prep)
         tasks = len({str(batch.tasks[r]) for r in held})
         room = max(self._allowance() - (time.perf_counter() - start) - fixed, 0.0)
         fits = int(room / per_row) // tasks if per_row > 0 else self.config.rows
         limit = min(self.config.rows, LATER_ROWS if self.rounds else self.config.rows, fits)
-        rows = self._rows_to_probe(batch, held, limit)
+        rows = probe_budget.rows_to_probe(batch, held, limit)
         if len(rows) < min(3, len(held)):
             self.spent += time.perf_counter() - start
             return {}  # not within the budget yet
@@ -177,7 +170,7 @@ class RewardProbeGuard(Guard):
 
         def may_continue(pending: Any) -> bool:  # a pass that would go past the budget is not started
             spent = time.perf_counter() - start
-            expected = self._pass_cost(pending)
+            expected = probe_budget.pass_cost(calls, pending)
             go = spent + SPARE * expected <= max(self._allowance(), 0.0)  # room for a slower pass than timed
             passes[0] += go
             return go
@@ -200,44 +193,6 @@ class RewardProbeGuard(Guard):
             self._learn(r, plans)
         return results
 
-    def _pass_cost(self, pending: list[Any]) -> float:
-        """Expected seconds of a pass: one merged call per function over its texts, each ``alone`` call its own."""
-        calls = self.ctx.checked_calls
-        merged: dict[int, int] = {}
-        cost = 0.0
-        for call in pending:
-            if call.alone:
-                cost += calls.expected(call.fn, len(call.texts))
-            else:
-                merged[call.fn] = merged.get(call.fn, 0) + len(call.texts)
-        return cost + sum(calls.expected(fn, n) for fn, n in merged.items())
-
-    def _round_cost(self, functions: list[tuple[int, str]]) -> tuple[float, float]:
-        """(seconds, seconds a row) a round is expected to cost: the last whole round's cost a row once there was one;
-        before, a few calls per function (its passes) and each row's texts in them, with room to spare."""
-        if self._row_cost:
-            return 0.0, self._row_cost
-        calls = self.ctx.checked_calls
-        fixed = sum(PASSES * calls.per_call(i)[0] for i, _ in functions)
-        per_row = sum(TEXTS_PER_ROW * calls.per_call(i)[1] for i, _ in functions) + (self._prep or PREP)
-        return SPARE * fixed, SPARE * per_row
-
-    def _calibrate(self, batch: RolloutBatch, held: list[int], functions: list[tuple[int, str]], start: float) -> None:
-        """Time one call of a single text for each function timed at one call size only (the run's batches): what
-        a call costs apart from its texts (a judge's round trip) decides how many rows a probe can take. Only when
-        the budget has room for such a call; it is a probe call like any other (bounded, its time counted)."""
-        calls = self.ctx.checked_calls
-        for index, _ in functions:
-            timer = calls.timer(index)
-            seen = timer.samples[-1][0] if timer.samples else 1
-            if timer.sizes_seen != 1 or calls.expected(index, seen) > self._allowance() - (time.perf_counter() - start):
-                continue  # a single text may cost as much as the run's calls: only when that fits
-            rows = probe_views.call_rows(batch, held[:1], None)
-            try:
-                calls(index, [rows[held[0]]], [probe_views.prompt_text(batch.completions[held[0]]) or " "])
-            except Exception:  # a function that cannot score it: the probe itself will say
-                continue
-
     def _learn(self, result: Any, plans: list[FunctionPlan]) -> None:
         details = []
         for plan in plans:
@@ -252,21 +207,6 @@ class RewardProbeGuard(Guard):
                 details.append({"function": plan.name, "key": fr.state, "detail": fr.detail})
         if details:
             self._details[int(result.view.key)] = details
-
-    def _rows_to_probe(self, batch: RolloutBatch, held: list[int], limit: int) -> list[int]:
-        """Up to ``limit`` held rows of each task, taken in turn from its groups (those whose totals vary first; in
-        each group the best rows first): several rows from several groups for the quorum."""
-        totals = batch.weighted_totals
-        by_task: dict[str, dict[int, list[int]]] = {}
-        for row in held:
-            by_task.setdefault(str(batch.tasks[row]), {}).setdefault(batch.group_of(row), []).append(row)
-        chosen: list[int] = []
-        for _, groups in sorted(by_task.items()):
-            ordered = sorted((sorted(g, key=lambda r: (-totals[r], r)) for g in groups.values()),
-                             key=lambda g: (-float(np.ptp(totals[g])), g[0]))  # fmt: skip
-            order = [g[d] for d in range(max(len(g) for g in ordered)) for g in ordered if d < len(g)]
-            chosen += order[:limit]
-        return sorted(chosen)
 
     def row_evidence(self, batch: RolloutBatch, row: int) -> str | None:
         return json.dumps(self._details[row]) if row in self._details else None
