@@ -179,6 +179,7 @@ def _trl_context(ns: argparse.Namespace, data: dict[str, Any]) -> tuple[Any, Gua
         eval_dataset=evaluation,
         reward_funcs=reward_funcs,
         world_size=ns.num_processes,
+        call_timeout=guards.probes.call_timeout,
     )
     return ctx, guards, note
 

@@ -80,8 +80,13 @@ def context_without_trainer(
     eval_dataset: Any = None,
     reward_funcs: Sequence[Any] = (),
     world_size: int = 1,
+    call_timeout: float = 30.0,
 ) -> RunContext:
-    """The RunContext ``install()`` builds from a trainer, built from its parts."""
+    """The RunContext ``install()`` builds from a trainer, built from its parts; the reward functions are called
+    as ``GRPOTrainer`` calls them (``checked_calls``, each call bounded by ``call_timeout`` seconds)."""
+    from rl_guards.reward_calls.trl import trl_callers
+    from rl_guards.rewards.checked_calls import CheckedCalls
+
     kwargs = dict(getattr(args, "chat_template_kwargs", None) or {})
     names = []
     for fn in reward_funcs:
@@ -90,6 +95,7 @@ def context_without_trainer(
         else:
             names.append(getattr(fn, "__name__", type(fn).__name__))
     eos = [tokenizer.eos_token_id] if getattr(tokenizer, "eos_token_id", None) is not None else []
+    funcs = [fn for fn in reward_funcs if not isinstance(fn, str)]
     return RunContext(
         output_dir=str(getattr(args, "output_dir", ".")),
         world_size=world_size,
@@ -101,7 +107,8 @@ def context_without_trainer(
         eos_token_ids=eos,
         pad_token_id=getattr(tokenizer, "pad_token_id", None),
         reward_func_names=names,
-        reward_funcs=[fn for fn in reward_funcs if not isinstance(fn, str)],
+        reward_funcs=funcs,
+        checked_calls=CheckedCalls(trl_callers(funcs, tokenizer=tokenizer, eos_ids=eos), cap=call_timeout),
         render_prompts=render_prompts_like_trl(tokenizer, kwargs),
         decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=False),
         decode_text=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),

@@ -113,4 +113,21 @@ class TrlCaller:
         return values
 
 
-__all__ = ["SKIPPED_COLUMNS", "TrlCaller", "approx_ids"]
+def trl_callers(
+    funcs: Sequence[Any],
+    *,
+    tokenizer: Any = None,
+    eos_ids: Sequence[int] = (),
+    trainer_state: Any = None,
+    tools: Any = None,
+) -> list[TrlCaller | None]:
+    """Each reward function called as ``GRPOTrainer`` calls it; None for a reward model (checks never call one)."""
+    return [
+        None
+        if hasattr(fn, "forward") or not callable(fn)
+        else TrlCaller(fn, tokenizer=tokenizer, eos_ids=eos_ids, trainer_state=trainer_state, tools=tools)
+        for fn in funcs
+    ]
+
+
+__all__ = ["SKIPPED_COLUMNS", "TrlCaller", "approx_ids", "trl_callers"]

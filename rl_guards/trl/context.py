@@ -76,15 +76,12 @@ def build_context(trainer: Any) -> RunContext:
 
 def reward_callers(trainer: Any, ctx: RunContext) -> list[Any]:
     """Each reward function called as ``GRPOTrainer`` calls it (None for a reward model: checks do not call it)."""
-    from rl_guards.reward_calls.trl import TrlCaller
+    from rl_guards.reward_calls.trl import trl_callers
 
     tools = getattr(trainer, "tools", None) or None
-    return [
-        None
-        if hasattr(fn, "forward") or not callable(fn)
-        else TrlCaller(fn, tokenizer=ctx.tokenizer, eos_ids=ctx.eos_token_ids, trainer_state=trainer.state, tools=tools)
-        for fn in ctx.reward_funcs
-    ]
+    return trl_callers(
+        ctx.reward_funcs, tokenizer=ctx.tokenizer, eos_ids=ctx.eos_token_ids, trainer_state=trainer.state, tools=tools
+    )
 
 
 def configure_reward_funcs(ctx: RunContext, metrics_level: str) -> None:
