@@ -63,8 +63,8 @@ def test_the_call_is_the_one_grpo_trainer_makes(make_grpo_trainer: Any) -> None:
     trainer.train()
     trl_call = seen[0]
     tokenizer = trainer.processing_class
-    caller = TrlCaller(recorder, tokenizer=tokenizer, eos_ids=list(trainer.eos_token_ids or [tokenizer.eos_token_id]),
-                       trainer_state=trainer.state)  # fmt: skip
+    eos_ids = list(getattr(trainer, "eos_token_ids", None) or [tokenizer.eos_token_id])  # TRL 1.13 has no list
+    caller = TrlCaller(recorder, tokenizer=tokenizer, eos_ids=eos_ids, trainer_state=trainer.state)
     ids = trl_call["completion_ids"][0]
     text = tokenizer.decode(ids, skip_special_tokens=False).removesuffix(tokenizer.eos_token)
     keys = [k for k in trl_call if k not in ("prompts", "completions", "completion_ids", "trainer_state",
@@ -76,7 +76,7 @@ def test_the_call_is_the_one_grpo_trainer_makes(make_grpo_trainer: Any) -> None:
     assert set(ours) == set(trl_call)
     assert ours["prompts"] == trl_call["prompts"][:1]
     assert ours["completions"] == trl_call["completions"][:1]
-    if ids and ids[-1] in (trainer.eos_token_ids or [tokenizer.eos_token_id]):
+    if ids and ids[-1] in eos_ids:
         assert ours["completion_ids"] == [ids]
     assert {k: ours[k] for k in keys} == {k: trl_call[k][:1] for k in keys}
     assert ours["trainer_state"] is trl_call["trainer_state"]
