@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rl_guards.core.severity import INFO, severity_of, worst
-from rl_guards.reward_calls import CallRow, CallStalled, Timer, Tracked, bounded
+from rl_guards.reward_calls import CallRow, CallStalled, Tracked, bounded
 
 # kind -> default severity on the one scale (rl_guards.core.severity): "blocking": the run would crash or learn the
 # wrong thing; "warning": a policy can exploit it or it wastes the step; "info": shown, never fails the audit
@@ -122,7 +122,6 @@ class AuditedFunction:
     completions: int = 0
     seconds: float = 0.0
     dead: bool = False
-    timer: Timer = field(default_factory=Timer)
 
     def call(self, rows: list[CallRow], texts: list[str], *, timed: bool = False) -> list[Any]:
         """The function's scores of ``texts`` as its framework calls it, within the deadline (each call gets
@@ -140,7 +139,6 @@ class AuditedFunction:
             self.audit.add(Finding("timeout", f"a call scoring {len(texts)} completion(s) {exc}"))
             raise Dead(self.audit.name) from exc
         spent = time.perf_counter() - start
-        self.timer.add(len(texts), spent)
         if timed:
             self.seconds += spent
             self.completions += len(texts)

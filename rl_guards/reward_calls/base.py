@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import math
 import signal
 import threading
 import time
@@ -218,21 +217,6 @@ def score_value(value: Any, *, dict_key: str | None = None) -> float | None:
     raise RewardTypeError(f"returned {type(value).__name__} {_short(value)}, not a number")
 
 
-def score_list(value: Any, n: int) -> list[float | None]:
-    """A batch function's return value as ``n`` scores (a list or a tensor of them)."""
-    if hasattr(value, "tolist") and not isinstance(value, list | tuple):
-        value = value.tolist()
-    if not isinstance(value, list | tuple):
-        raise RewardTypeError(f"returned {type(value).__name__} {_short(value)}, not one score per completion")
-    if len(value) != n:
-        raise RewardTypeError(f"returned {len(value)} values for {n} completions")
-    return [score_value(v) for v in value]
-
-
-def nan_to_none(values: Sequence[float | None]) -> list[float | None]:
-    return [None if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in values]
-
-
 def _short(value: Any, chars: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= chars else text[:chars] + "…"
@@ -305,10 +289,8 @@ __all__ = [
     "Tracked",
     "bounded",
     "gather",
-    "nan_to_none",
     "params",
     "resolve",
-    "score_list",
     "score_value",
     "timed",
 ]

@@ -85,7 +85,6 @@ class VerlGuardRun:
         self._ended = False
         self._open_step: int | None = None  # a step whose rows were processed and whose end is not yet told
         self.steps_seen = 0
-        self.rows_left_out = 0
         if self.unavailable:
             logger.info(
                 "rl_guards on verl: not available here: %s",
@@ -176,7 +175,6 @@ class VerlGuardRun:
                 "session that fails leaves its group short (see failed_groups), and verl trains on the rest.",
                 batch.step,
             )
-            self.rows_left_out += rows.left_out
             self._collect("train", {"rl_guards/hook/rows_left_out": [float(rows.left_out)]})
         return rows
 

@@ -323,7 +323,6 @@ def total_hacks(
     scores: Mapping[int, Scores],
     weights: Sequence[float],
     best: Mapping[int, float],
-    worst_total: float,
     *,
     reads: Mapping[int, bool],
     fallback: Mapping[int, float] | None = None,
@@ -332,14 +331,11 @@ def total_hacks(
     """The degenerate completions the weighted total pays at least as much as its best right answer.
 
     ``best[f]``: function ``f``'s score of the completion whose total is best (its share of the best total);
-    ``worst_total``: the total of the worst wrong answer (nothing is judged when the totals tell nothing apart);
     ``fallback[f]``: the score counted for a function that did not score the variants (not probed, or it raised);
     ``format_matters``: some function pays the bare reference answer less than the same answer after a block (only
     then is the bare answer judged: a run that pays no format does not ask for the block).
     """
     best_total = sum(w * best.get(f, 0.0) for f, w in enumerate(weights))
-    if best_total <= worst_total + EPS:
-        return []
     out = []
     for v in hacks:
         if v.side == REFERENCE_ALONE and not format_matters:

@@ -41,20 +41,16 @@ def weighted_totals(
         return sum(w * score_of(f, v) for f, w in enumerate(weights))
 
     candidates: list[tuple[float, dict[int, float]]] = []  # (total, each function's share) of right answers
-    worst: list[float] = []
     texts, paid = real
     sides = ("", "-block") if markup else ("",)
     for pair in shared:
         for side in sides:
             good = Variant(BASE, _text_of(fns, pair.form, "good" + side), pair.form, "good" + side)
-            bad = Variant(BASE, _text_of(fns, pair.form, "bad" + side), pair.form, "bad" + side)
             candidates.append((total(good), {f: score_of(f, good) for f in range(count)}))
-            worst.append(total(bad))
     for i in range(len(texts) if not shared else 0):  # with a reference, its answers are the right ones
         shares = {f: (paid.get(f, [None] * len(texts))[i] or 0.0) for f in range(count)}
         value = sum(weights[f] * shares[f] for f in range(count))
         candidates.append((value, shares))
-        worst.append(value)
     if not candidates:
         return [], [], False, False
     best_total, best = max(candidates, key=lambda c: c[0])
@@ -70,7 +66,6 @@ def weighted_totals(
         scored,
         weights,
         best,
-        -float("inf"),
         reads=reads,
         fallback={**fallback, **{f: 0.0 for f, fn in fns.items() if fn.state == NOT_ITS_TASK}},
         format_matters=matters,
