@@ -37,7 +37,8 @@ from rl_guards.guards.truncation import TruncationGuard
 from rl_guards.guards.unpaid_rewards import UnpaidRewardGuard
 from rl_guards.reward_calls.verl import VerlCaller
 from rl_guards.rewards.checked_calls import CheckedCalls
-from rl_guards.verl.rows import MANAGER_COLUMN, PENALTY_COLUMN
+from rl_guards.verl.records import PENALTY_TERM
+from rl_guards.verl.rows import MANAGER_COLUMN
 from rl_guards.verl.settings import VerlSettings, plain, run_folder, select
 
 logger = logging.getLogger("rl_guards")
@@ -128,8 +129,8 @@ def reward_terms(settings: VerlSettings, scorer: Any) -> list[Any]:
         return []
     penalty = settings.guards.stray_think_penalty
     terms: list[Any] = [scorer]
-    if "stray_think_penalty" in settings.score_terms and penalty.enabled:
-        terms.append(ScoreTerm(PENALTY_COLUMN, weight=penalty.weight))
+    if PENALTY_TERM in settings.score_terms and penalty.enabled:
+        terms.append(ScoreTerm(PENALTY_TERM, weight=penalty.weight))
     return [*terms, ScoreTerm(MANAGER_COLUMN)]
 
 

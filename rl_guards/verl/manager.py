@@ -43,13 +43,12 @@ from functools import partial
 from typing import Any
 
 from rl_guards.rewards.row_errors import describe_error
-from rl_guards.verl.records import RECORD_KEY, ScoreRecord, text_digest
+from rl_guards.verl.records import PENALTY_TERM, RECORD_KEY, ScoreRecord, text_digest
 from rl_guards.verl.settings import VerlSettings, plain, select
 
 logger = logging.getLogger("rl_guards")
 
 SUBSTITUTE_SCORE = 0.0  # what verl's manager gets for a row whose scorer raised, returned None or had no route
-PENALTY_TERM = "stray_think_penalty"
 _DEFAULT_SCORER_FILE = "utils/reward_score/__init__.py"  # verl's default_compute_score, which routes by data_source
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from rl_guards.reward_calls.base import CallRow
 
 RECORD_KEY = "rl_guards"  # the reward_extra_info key
+PENALTY_TERM = "stray_think_penalty"  # the stray-think penalty: its score term, extra key and reward column
 SCHEMA = 1
 MAX_EXTRA_INFO_CHARS = 2000  # extra_info as the scorer received it is kept up to this size (JSON), else None
 

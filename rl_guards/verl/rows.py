@@ -30,9 +30,8 @@ from rl_guards.core.think_markup import ThinkMarkup, prompts_open_block
 from rl_guards.engine.assembly import LocalRows
 from rl_guards.guards.base import RunContext
 from rl_guards.rewards.row_errors import RowError, RowErrorLog
-from rl_guards.verl.records import RECORD_KEY, ScoreRecord, VerlScoreCall, text_digest
+from rl_guards.verl.records import PENALTY_TERM, RECORD_KEY, ScoreRecord, VerlScoreCall, text_digest
 
-PENALTY_COLUMN = "stray_think_penalty"
 MANAGER_COLUMN = "manager_terms"  # what the inner manager adds to the score (dapo's overlong penalty)
 _SCALARS = (str, int, float, bool, type(None))
 
@@ -157,7 +156,6 @@ class StepRows:
     tensors: dict[str, Any]
     errors: RowErrorLog
     left_out: int = 0  # rows of incomplete groups (a failed session, a group size other than rollout.n)
-    unrecorded: int = 0  # rows without the reward manager's record (another manager scored them)
 
 
 def _group_order(uids: list[Any], sessions: list[Any], group_size: int) -> tuple[list[int], int, int]:
@@ -223,7 +221,8 @@ def step_rows(
     prompt_ids = [prompts[i][len(prompts[i]) - int(prompt_counts[i]) :] if prompt_counts[i] else [] for i in order]
     decode = decode_text or ctx.decode_text
     texts = list(decode(ids)) if decode is not None else ["" for _ in order]
-    records = [ScoreRecord.from_json(_column(cols.get(RECORD_KEY), n)[i]) for i in order]
+    raw_records = _column(cols.get(RECORD_KEY), n)  # one copy of the column, not one per row
+    records = [ScoreRecord.from_json(raw_records[i]) for i in order]
     totals = (
         batch.rm_scores.sum(dim=1).double().numpy()[pick]
         if batch.rm_scores is not None
@@ -275,8 +274,7 @@ def step_rows(
         reward_inputs=calls,
     )
     tensors = _loss_tensors(batch, pick)
-    unrecorded = sum(r is None for r in records)
-    return StepRows(rows, tensors, errors, left_out=left_out, unrecorded=unrecorded)
+    return StepRows(rows, tensors, errors, left_out=left_out)
 
 
 def _reward_columns(records: list[ScoreRecord | None], totals: np.ndarray) -> tuple[list[str], np.ndarray]:
@@ -305,7 +303,7 @@ def _reward_columns(records: list[ScoreRecord | None], totals: np.ndarray) -> tu
     # verl holds rewards in float32: a remainder within its rounding is none
     with_rest = bool(np.any(np.abs(rest[np.isfinite(rest)]) > 1e-5))
     keep = [0] + ([1] if with_penalty else []) + ([2] if with_rest else [])
-    names = [name] + ([PENALTY_COLUMN] if with_penalty else []) + ([MANAGER_COLUMN] if with_rest else [])
+    names = [name] + ([PENALTY_TERM] if with_penalty else []) + ([MANAGER_COLUMN] if with_rest else [])
     return names, matrix[:, keep]
 
 
