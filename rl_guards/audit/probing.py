@@ -16,7 +16,7 @@ from typing import Any
 from rl_guards.audit.checks import call_row, progress, shown
 from rl_guards.audit.data import AuditRow
 from rl_guards.audit.functions import AuditedFunction, Dead, Finding
-from rl_guards.core.probing.calls import RAISED, STALLED, FunctionPlan
+from rl_guards.core.probing.calls import STALLED, FunctionPlan
 from rl_guards.core.probing.procedure import RowResult, RowView
 from rl_guards.core.probing.runner import ScoreFailed, run_rows
 from rl_guards.core.probing.tally import Tally, findings_of, quorum
@@ -108,10 +108,8 @@ def check_probes(
         f = fns[fn]
         try:
             values = f.call([call_row(rows[int(v.key)]) for v, _ in items], [t for _, t in items])  # type: ignore[arg-type]
-        except Dead as exc:
+        except Dead as exc:  # any other exception: run_rows scores it RAISED, with its type and text
             raise ScoreFailed(STALLED, str(exc)) from exc
-        except Exception as exc:
-            raise ScoreFailed(RAISED, f"{type(exc).__name__}: {exc}") from exc
         return [None if v is None else _finite(float(v)) for v in values]
 
     plans = [FunctionPlan(i, fns[i].audit.name, weight=fns[i].audit.weight) for i in live]

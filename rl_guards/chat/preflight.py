@@ -264,7 +264,7 @@ def build_preflight_report(
             train_rendered, [], train_templated=train_templated, eval_templated=True, generation_suffix=""
         )
     for label, dataset in eval_sets.items():
-        eval_prompts = [row["prompt"] for row in sample_rows(dataset, 8, task_column=task_column) if "prompt" in row]
+        eval_prompts = _eval_prompts(dataset, task_column)
         eval_rendered = render(eval_prompts) if eval_prompts else []
         for finding in check_eval_prompts(
             train_rendered,
@@ -277,15 +277,7 @@ def build_preflight_report(
         if eval_rendered and config.examples:
             examples.append((label, eval_rendered[0]))
 
-    return build_report(
-        choices,
-        template_findings=findings,
-        templates=fingerprints,
-        examples=examples,
-        length_probe=load_length_probe(length_probe),
-        blocking_cap_ratio=config.blocking_cap_ratio,
-        has_rollout_func=has_rollout_func,
-    )
+    return _report(choices, config, findings, examples, length_probe, has_rollout_func, fingerprints)
 
 
 def _report_without_template(
@@ -328,7 +320,7 @@ def _report_without_template(
             train_rendered, [], train_templated=False, eval_templated=False, generation_suffix=""
         )
     for label, dataset in eval_sets.items():
-        eval_prompts = [row["prompt"] for row in sample_rows(dataset, 8, task_column=task_column) if "prompt" in row]
+        eval_prompts = _eval_prompts(dataset, task_column)
         if any(is_conversational_prompt(p) for p in eval_prompts):
             findings.append(_no_template_finding(label))
             continue
@@ -342,14 +334,33 @@ def _report_without_template(
             ]
         if eval_rendered and config.examples:
             examples.append((label, eval_rendered[0]))
+    return _report(choices, config, findings, examples, length_probe, has_rollout_func)
+
+
+def _report(
+    choices: TrainingChoices,
+    config: PreflightConfig,
+    findings: list[PreflightFinding],
+    examples: list[tuple[str, str]],
+    length_probe: Any,
+    has_rollout_func: bool,
+    templates: Sequence[TemplateFingerprint] = (),
+) -> PreflightReport:
+    """The report of both paths (with a chat template and without): the choices' findings after the template's."""
     return build_report(
         choices,
         template_findings=findings,
+        templates=templates,
         examples=examples,
         length_probe=load_length_probe(length_probe),
         blocking_cap_ratio=config.blocking_cap_ratio,
         has_rollout_func=has_rollout_func,
     )
+
+
+def _eval_prompts(dataset: Any, task_column: str) -> list[Any]:
+    """The prompts of up to 8 sampled rows of an eval dataset."""
+    return [row["prompt"] for row in sample_rows(dataset, 8, task_column=task_column) if "prompt" in row]
 
 
 def _no_template_finding(label: str) -> PreflightFinding:

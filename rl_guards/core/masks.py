@@ -39,19 +39,7 @@ GRPO_KINDS: tuple[str, ...] = (
     PROMPT_OVERLAP,
     REWARD_POSITION,  # last: the row bits of the older rules keep their places
 )
-COMPLETION_KINDS = frozenset(
-    {
-        MASK_VALUES,
-        POST_EOS,
-        PADDING,
-        TRUNCATED_UNMASKED,
-        MISSING_LOSS,
-        TOOL_MASK,
-        PROMPT_LEAK,
-        PROMPT_OVERLAP,
-        REWARD_POSITION,
-    }
-)
+COMPLETION_KINDS = frozenset(GRPO_KINDS) - {PROMPT_MASK}  # every kind but the prompt mask's own: rows' completions
 # Kinds the model's own choice of tokens can produce: evidence for a warning, never a stop.
 SUSPECTED_KINDS = frozenset({PROMPT_OVERLAP})
 

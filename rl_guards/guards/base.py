@@ -152,6 +152,12 @@ class Guard:
         """Receive the run context (called once at install)."""
         self.ctx = ctx
 
+    def _may_call(self, fn: int, name: str) -> bool:
+        """Whether a check may call reward function ``fn`` (named ``name``): the driver can call it
+        (``ctx.checked_calls``), it has not stalled, and ``probes.skip`` does not name it."""
+        calls = getattr(self.ctx, "checked_calls", None)
+        return calls is not None and calls.usable(fn) and name not in self.guards_config.probes.skip
+
     def _run_folder(self) -> str:
         """The folder a suggested command names (``rl-guards rollouts|drift|report FOLDER``), quoted for a shell:
         ``rollouts.output_dir`` when set (the commands take the rollouts folder itself), else the trainer's

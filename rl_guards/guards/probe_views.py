@@ -22,6 +22,7 @@ from rl_guards.core.probing.procedure import RowView
 from rl_guards.core.probing.variants import Shape, split
 from rl_guards.core.think_markup import ThinkMarkup
 from rl_guards.reward_calls import CallRow
+from rl_guards.rewards import reference_pairs
 
 REFERENCE_COLUMNS: tuple[str, ...] = ("answer", "solution", "ground_truth", "reference", "target", "gold", "label")
 SKIPPED = ("prompt", "completion", "completion_ids")
@@ -62,22 +63,9 @@ def held_inputs(batch: RolloutBatch) -> tuple[list[dict[str, Any]], list[Any], l
 
 
 def reference_column(columns: Sequence[str], funcs: Sequence[Any], configured: str | None) -> str | None:
-    """The column holding each row's reference answer: ``configured``; else one a probed function takes by name;
-    else the first usual name present."""
-    import inspect
-
-    present = set(columns)
-    if configured:
-        return configured if configured in present else None
-    for fn in funcs:
-        try:
-            names = inspect.signature(fn).parameters
-        except (TypeError, ValueError):
-            continue
-        found = next((c for c in REFERENCE_COLUMNS if c in names and c in present), None)
-        if found is not None:
-            return found
-    return next((c for c in REFERENCE_COLUMNS if c in present), None)
+    """The column holding each row's reference answer (:func:`rl_guards.rewards.reference_pairs.reference_column`
+    over this module's usual names, ``label`` included)."""
+    return reference_pairs.reference_column(columns, funcs, configured, usual=REFERENCE_COLUMNS)
 
 
 def call_rows(batch: RolloutBatch, rows: Sequence[int], reference: str | None) -> dict[int, CallRow]:

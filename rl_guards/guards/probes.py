@@ -86,14 +86,9 @@ class RewardProbeGuard(Guard):
 
     def _functions(self) -> list[tuple[int, str]]:
         """(index, name) of the functions probed: every one the driver can call, but ``probes.skip`` and stalled."""
-        calls = getattr(self.ctx, "checked_calls", None)
         funcs = self.ctx.reward_funcs
         names = self.ctx.reward_func_names or [getattr(f, "__name__", str(i)) for i, f in enumerate(funcs)]
-        return [
-            (i, name)
-            for i, name in enumerate(names)
-            if calls is not None and name not in self.config.skip and calls.usable(i)
-        ]
+        return [(i, name) for i, name in enumerate(names) if self._may_call(i, name)]
 
     def on_train_begin(self, report: Reporter) -> None:
         self._tick = time.perf_counter()  # the run's clock starts here: the first batch's generation counts
@@ -161,10 +156,8 @@ class RewardProbeGuard(Guard):
         def score(fn: int, items: Any, alone: bool) -> list[float | None]:
             try:
                 return calls(fn, [call_rows[int(v.key)] for v, _ in items], [t for _, t in items])
-            except Stalled as exc:
+            except Stalled as exc:  # any other exception: run_rows scores it RAISED, with its type and text
                 raise ScoreFailed(STALLED, str(exc)) from None
-            except Exception as exc:
-                raise ScoreFailed(RAISED, f"{type(exc).__name__}: {exc}") from exc
 
         passes = [0]
 

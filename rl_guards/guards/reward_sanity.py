@@ -95,11 +95,7 @@ class RewardSanityGuard(Guard):
         tasks = self.guards_config.tasks
         dataset = self.ctx.train_dataset
         calls = self.ctx.checked_calls
-        indices = [
-            i
-            for i, f in enumerate(self.ctx.reward_funcs)
-            if calls is not None and calls.usable(i) and reward_name(f) not in self.guards_config.probes.skip
-        ]
+        indices = [i for i, f in enumerate(self.ctx.reward_funcs) if self._may_call(i, reward_name(f))]
         funcs = [self.ctx.reward_funcs[i] for i in indices]
         columns = list(getattr(dataset, "column_names", None) or [])
         column = reference_column(columns, funcs, cfg.reference_column) if cfg.auto_cases else None
@@ -240,13 +236,8 @@ class RewardSanityGuard(Guard):
             )
 
     def _callable(self) -> list[int]:
-        calls = self.ctx.checked_calls
         names = self.ctx.reward_func_names or [reward_name(f) for f in self.ctx.reward_funcs]
-        return [
-            i
-            for i, name in enumerate(names)
-            if calls is not None and calls.usable(i) and name not in self.guards_config.probes.skip
-        ]
+        return [i for i, name in enumerate(names) if self._may_call(i, name)]
 
 
 _SCAN_ROWS = 2000  # dataset rows looked at for reference cases

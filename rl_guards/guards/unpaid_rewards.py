@@ -161,7 +161,7 @@ class UnpaidRewardGuard(Guard):
         """Per row: (row, the best score over the forms, [[form, score], ...], the answer written)."""
         calls = self.ctx.checked_calls
         name = batch.reward_names[fn] if fn < len(batch.reward_names) else str(fn)
-        usable = calls is not None and calls.usable(fn) and name not in self.guards_config.probes.skip
+        usable = self._may_call(fn, name)
         call_rows = probe_views.call_rows(batch, rows, reference) if usable else {}
         out = []
         for row in rows:

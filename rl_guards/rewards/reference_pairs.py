@@ -61,8 +61,14 @@ class PairReport:
         return sorted(k for k, n in self.down.items() if n and not self.up.get(k))
 
 
-def reference_column(dataset_columns: Sequence[str], funcs: Sequence[Any], configured: str | None) -> str | None:
-    """``configured``; else a reference column some function takes by name; else the first usual one present."""
+def reference_column(
+    dataset_columns: Sequence[str],
+    funcs: Sequence[Any],
+    configured: str | None,
+    usual: Sequence[str] = REFERENCE_COLUMNS,
+) -> str | None:
+    """``configured``; else a reference column (one of ``usual``) some function takes by name; else the first usual
+    one present."""
     present = set(dataset_columns)
     if configured:
         return configured if configured in present else None
@@ -71,10 +77,10 @@ def reference_column(dataset_columns: Sequence[str], funcs: Sequence[Any], confi
             params = inspect.signature(fn).parameters
         except (TypeError, ValueError):
             continue
-        for name in REFERENCE_COLUMNS:
+        for name in usual:
             if name in params and name in present:
                 return name
-    return next((c for c in REFERENCE_COLUMNS if c in present), None)
+    return next((c for c in usual if c in present), None)
 
 
 def pick_rows(

@@ -161,6 +161,8 @@ class Section:
         and the failure every rank now knows."""
         import torch
 
+        from rl_guards.tensors.collectives import _device  # the collectives' own rule (imported late: it imports us)
+
         dist = torch.distributed
         code = _site(f"{site}@{self.depth}")  # the same collective in another section is another site
         failing = _BIG - self.depth if own is not None else 0
@@ -168,7 +170,7 @@ class Section:
         values = [failing, code, -code, _BIG - self.depth]
         _state.agreeing = True
         try:
-            tensor = torch.tensor(values, dtype=torch.long, device=self._device())
+            tensor = torch.tensor(values, dtype=torch.long, device=_device(self.device, self.group))
             dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self.group)
             failed, top, negative_bottom, outermost = (int(v) for v in tensor.tolist())
             if not failed and top == -negative_bottom:
@@ -188,17 +190,6 @@ class Section:
             failure = Failure(-1, f"the ranks reached different collectives ({where})")
             depth = _BIG - outermost
         return depth, failure
-
-    def _device(self) -> Any:
-        import torch
-
-        if self.group is not None:  # rl_guards' own group is gloo: CPU tensors
-            return "cpu"
-        if self.device is not None:
-            return self.device
-        if torch.distributed.get_backend() == "nccl":  # NCCL reduces CUDA tensors only
-            return torch.device("cuda", torch.cuda.current_device())
-        return "cpu"
 
 
 def _type_name(exc: BaseException | None) -> str:
